@@ -1,0 +1,134 @@
+"""The `grpo:` block: the plugin's pydantic schema extension.
+
+axolotl merges `GRPOPluginArgs` into its config model (`get_input_args`). Everything the plugin reads lives
+under ONE top-level key, `grpo:`; the settings model forbids unknown keys, so a typo is an error instead of a
+silently dropped setting (axolotl's own models ignore unknown keys).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SYNC_MODES = ("ipc", "lora_sync", "restart")
+AVAILABLE_SYNC_MODES = ("lora_sync",)
+
+# Tolerance of the post-sync probe: mean |logprob_vLLM - logprob_trainer| over the probe tokens.
+DEFAULT_TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 1e-2}
+
+
+class GRPOSettings(BaseModel):
+    """Settings of the grpo_plugin (`grpo:` in the axolotl YAML). See docs/config.md."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sync: Literal["ipc", "lora_sync", "restart"] = Field(
+        default="lora_sync",
+        description="How trained weights reach the vLLM server: ipc | lora_sync | restart.",
+    )
+    sync_interval: int = Field(
+        default=1, ge=1, description="Push weights to the server every N optimizer steps."
+    )
+    verify_sync: bool = Field(
+        default=True,
+        description="After every push, compare the server's logprobs of a fixed probe with the trainer's.",
+    )
+    verify_tolerance: float | None = Field(
+        default=None,
+        gt=0,
+        description="Max mean |logprob diff| of the probe; default 1e-4 (fp32), 2e-2 (bf16), 1e-2 (fp16).",
+    )
+    probe_text: str = Field(
+        default="The quick brown fox jumps over the lazy dog. 0123456789 9876543210",
+        min_length=2,
+        description="Text whose token logprobs are compared after each sync.",
+    )
+    managed_server: bool = Field(
+        default=False,
+        description="`axolotl train` starts the vLLM server itself (same config) and stops it at exit.",
+    )
+    server_timeout: float = Field(
+        default=600.0, gt=0, description="Seconds to wait for the vLLM server to become healthy."
+    )
+    server_log: str | None = Field(
+        default=None,
+        description="Managed server: file for the server's output (default <output_dir>/vllm_server.log).",
+    )
+    request_timeout: float = Field(
+        default=300.0, gt=0, description="Seconds one generation/sync request may take."
+    )
+    sync_dir: str | None = Field(
+        default=None,
+        description="Where synced weights are written; default a fresh dir in /dev/shm (else the temp dir).",
+    )
+    adapter_name: str = Field(
+        default="grpo-policy", min_length=1, description="Name the trained LoRA adapter has on the server."
+    )
+    metrics: bool = Field(
+        default=True, description="Write grpo_metrics.jsonl, grpo_summary.json and grpo_curves.png."
+    )
+
+    @field_validator("sync")
+    @classmethod
+    def _mode_available(cls, value: str) -> str:
+        if value not in AVAILABLE_SYNC_MODES:
+            raise ValueError(
+                f"grpo.sync: {value!r} is not available yet in this version of grpo_plugin "
+                f"(available: {', '.join(AVAILABLE_SYNC_MODES)}). Use `grpo.sync: lora_sync` with "
+                "`adapter: lora`; there is no silent fallback to another mode."
+            )
+        return value
+
+
+def _get(data: Any, key: str) -> Any:
+    if isinstance(data, dict):
+        return data.get(key)
+    return getattr(data, key, None)
+
+
+def check_cross_keys(data: dict) -> None:
+    """Checks that need keys outside `grpo:`. Raises ValueError naming the key and the fix."""
+    grpo = data.get("grpo")
+    if grpo is None:
+        return
+    sync = _get(grpo, "sync") or "lora_sync"
+    rl = getattr(data.get("rl"), "value", data.get("rl"))
+    if str(rl).lower() != "grpo":
+        raise ValueError(f"grpo: the grpo_plugin needs `rl: grpo` in the config (got rl: {rl!r}).")
+    if sync == "lora_sync" and data.get("adapter") not in ("lora", "qlora"):
+        raise ValueError(
+            "grpo.sync: lora_sync trains a LoRA adapter and hot-swaps it into vLLM, but `adapter:` is "
+            f"{data.get('adapter')!r}. Fix: add `adapter: lora` (with lora_r, lora_alpha, "
+            "lora_target_modules), or choose another grpo.sync mode."
+        )
+    trl = data.get("trl") or {}
+    if isinstance(trl, dict):
+        if trl.get("use_vllm") is False:
+            raise ValueError(
+                "trl.use_vllm: false, but the grpo_plugin generates on a vLLM server. Remove "
+                "trl.use_vllm (the plugin sets it) or set it to true."
+            )
+        if trl.get("vllm_mode") not in (None, "server"):
+            raise ValueError(
+                f"trl.vllm_mode: {trl.get('vllm_mode')!r} is not supported by the grpo_plugin; it talks to a "
+                "vLLM server (`axolotl vllm-serve`, or grpo.managed_server: true). Remove trl.vllm_mode."
+            )
+        if trl.get("vllm_lora_sync"):
+            raise ValueError(
+                "trl.vllm_lora_sync: true is axolotl's built-in LoRA sync; with the grpo_plugin use "
+                "`grpo.sync: lora_sync` instead and remove trl.vllm_lora_sync."
+            )
+
+
+class GRPOPluginArgs(BaseModel):
+    """Mixed into axolotl's config model by `GRPOPlugin.get_input_args()`."""
+
+    grpo: GRPOSettings | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grpo_cross_checks(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            check_cross_keys(data)
+        return data
