@@ -132,3 +132,12 @@ class GRPOPluginArgs(BaseModel):
         if isinstance(data, dict):
             check_cross_keys(data)
         return data
+
+
+def current_settings() -> GRPOSettings:
+    """The validated `grpo:` block of the config axolotl loaded in this process."""
+    from axolotl.integrations.base import PluginManager
+
+    cfg = PluginManager.get_instance().cfg
+    block = (cfg or {}).get("grpo") if cfg is not None else None
+    return GRPOSettings(**(dict(block) if block else {}))

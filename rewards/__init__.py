@@ -1,0 +1,1 @@
+"""Reward functions and dataset transforms, named by import path in configs (run from the repo root)."""

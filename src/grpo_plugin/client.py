@@ -1,0 +1,170 @@
+"""HTTP client for the stock vLLM OpenAI server our serve module runs.
+
+Only vLLM's own endpoints are used: `/health`, `/v1/models`, `/v1/completions` (token-id prompts, sampled
+token ids + logprobs, prompt logprobs for the sync probe), `/v1/load_lora_adapter` (runtime LoRA,
+`load_inplace`), `/reset_prefix_cache` (dev mode). Every unexpected reply raises `ServerError` naming the
+endpoint, the HTTP status and the server's message.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+
+class ServerError(RuntimeError):
+    """The vLLM server answered something we cannot use (or did not answer)."""
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str | None
+
+
+def _token_id(token: str) -> int:
+    # With return_tokens_as_token_ids, vLLM spells each sampled token "token_id:<id>".
+    if not token.startswith("token_id:"):
+        raise ServerError(f"/v1/completions returned token {token!r} without its id")
+    return int(token.split(":", 1)[1])
+
+
+class VLLMServerClient:
+    def __init__(self, base_url: str, timeout: float = 300.0):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.session = requests.Session()
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _post(self, path: str, payload: dict[str, Any], timeout: float | None = None) -> requests.Response:
+        url = f"{self.base_url}{path}"
+        try:
+            resp = self.session.post(url, json=payload, timeout=timeout or self.timeout)
+        except requests.RequestException as exc:
+            raise ServerError(f"POST {path} to the vLLM server at {self.base_url} failed: {exc}") from exc
+        if resp.status_code != 200:
+            raise ServerError(f"POST {path} -> HTTP {resp.status_code}: {resp.text[:500]}")
+        return resp
+
+    def _json(self, resp: requests.Response, path: str) -> Any:
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise ServerError(f"{path} returned non-JSON: {resp.text[:200]!r}") from exc
+
+    # -- health / models ------------------------------------------------------------------------
+    def healthy(self) -> bool:
+        try:
+            return self.session.get(f"{self.base_url}/health", timeout=5).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def models(self) -> list[str]:
+        try:
+            resp = self.session.get(f"{self.base_url}/v1/models", timeout=30)
+        except requests.RequestException as exc:
+            raise ServerError(f"GET /v1/models at {self.base_url} failed: {exc}") from exc
+        if resp.status_code != 200:
+            raise ServerError(f"GET /v1/models -> HTTP {resp.status_code}: {resp.text[:300]}")
+        return [m["id"] for m in self._json(resp, "/v1/models").get("data", [])]
+
+    # -- generation -----------------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        model: str,
+        n: int,
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int | None = None,
+        min_p: float | None = None,
+        repetition_penalty: float | None = None,
+        seed: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> list[list[Completion]]:
+        """Sample `n` completions per token-id prompt. Returns one list of `n` Completions per prompt."""
+        payload: dict[str, Any] = {
+            "model": model,
+            "prompt": prompts,
+            "n": n,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        if top_k is not None:
+            payload["top_k"] = top_k
+        if min_p is not None:
+            payload["min_p"] = min_p
+        if repetition_penalty is not None:
+            payload["repetition_penalty"] = repetition_penalty
+        if seed is not None:
+            payload["seed"] = seed
+        if extra:
+            payload.update(extra)
+        body = self._json(self._post("/v1/completions", payload), "/v1/completions")
+        choices = body.get("choices")
+        if not isinstance(choices, list) or len(choices) != len(prompts) * n:
+            raise ServerError(
+                f"/v1/completions returned {len(choices) if isinstance(choices, list) else choices!r} "
+                f"choices for {len(prompts)} prompts x n={n}"
+            )
+        out: list[list[Completion]] = [[None] * n for _ in prompts]  # type: ignore[list-item]
+        seen = [0] * len(prompts)
+        for ch in sorted(choices, key=lambda c: c["index"]):
+            p, k = divmod(ch["index"], n)
+            lp = ch.get("logprobs") or {}
+            tokens, token_lps = lp.get("tokens"), lp.get("token_logprobs")
+            if tokens is None or token_lps is None or len(tokens) != len(token_lps):
+                raise ServerError(f"/v1/completions choice {ch['index']} has no per-token logprobs")
+            out[p][k] = Completion(
+                token_ids=[_token_id(t) for t in tokens],
+                logprobs=[float(x) if x is not None and math.isfinite(x) else -1e4 for x in token_lps],
+                finish_reason=ch.get("finish_reason"),
+            )
+            seen[p] += 1
+        if any(s != n for s in seen):
+            raise ServerError(f"/v1/completions returned an uneven number of choices per prompt: {seen}")
+        return out
+
+    def prompt_logprobs(self, token_ids: list[int], *, model: str) -> list[float]:
+        """Logprob of token t given tokens < t, for t = 1..len-1 (the sync probe)."""
+        payload = {
+            "model": model,
+            "prompt": [token_ids],
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": 0,
+        }
+        body = self._json(self._post("/v1/completions", payload), "/v1/completions")
+        try:
+            entries = body["choices"][0]["prompt_logprobs"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ServerError(f"/v1/completions gave no prompt_logprobs: {str(body)[:300]}") from exc
+        if entries is None or len(entries) != len(token_ids):
+            raise ServerError("/v1/completions prompt_logprobs do not cover the probe")
+        out = []
+        for tok, entry in zip(token_ids[1:], entries[1:]):
+            item = entry.get(str(tok)) if isinstance(entry, dict) else None
+            if item is None:
+                raise ServerError(f"prompt_logprobs lack the probe token {tok}")
+            out.append(float(item["logprob"] if isinstance(item, dict) else item))
+        return out
+
+    # -- weight sync ----------------------------------------------------------------------------
+    def load_lora_adapter(self, name: str, path: str, *, inplace: bool = True) -> None:
+        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path, "load_inplace": inplace})
+
+    def unload_lora_adapter(self, name: str) -> None:
+        self._post("/v1/unload_lora_adapter", {"lora_name": name})
+
+    def reset_prefix_cache(self) -> None:
+        self._post("/reset_prefix_cache", {})

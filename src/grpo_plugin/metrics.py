@@ -1,0 +1,132 @@
+"""Per-step metrics file, end-of-run summary and plot (the contract in DESIGN.md).
+
+`<output_dir>/grpo_metrics.jsonl`  one JSON object per optimizer step
+`<output_dir>/grpo_summary.json`   medians and totals at the end
+`<output_dir>/grpo_curves.png`     reward and sync-time curves
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import psutil
+
+STEP_FIELDS = (
+    "step", "reward_mean", "reward_std", "loss", "sync_mode", "sync_ms", "sync_logprob_diff",
+    "rollout_ms", "step_ms", "policy_lag", "trainer_rss_mb",
+)
+
+
+def rss_mb(pid: int | None = None, *, tree: bool = False) -> float:
+    """Resident memory of a process (and, with `tree`, of all its descendants) in MiB."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)] if tree else [root]
+    except psutil.Error:
+        return 0.0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+def _median(xs: Iterable[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return statistics.median(vals) if vals else None
+
+
+def summarize(records: Sequence[dict], *, mode: str, model: str, tolerance: float | None,
+              server_peak_rss_mb: float | None = None, extra: dict | None = None) -> dict:
+    """Medians and totals of the per-step records (pure)."""
+    syncs = [r for r in records if r.get("sync_logprob_diff") is not None or r.get("sync_ms")]
+    diffs = [r["sync_logprob_diff"] for r in syncs if r.get("sync_logprob_diff") is not None]
+    n = len(records)
+    k = max(1, n // 5)
+    first = [r["reward_mean"] for r in records[:k] if r.get("reward_mean") is not None]
+    last = [r["reward_mean"] for r in records[-k:] if r.get("reward_mean") is not None]
+    out = {
+        "mode": mode,
+        "model": model,
+        "steps": n,
+        "num_syncs": len(syncs),
+        "all_syncs_verified": bool(syncs) and len(diffs) == len(syncs)
+        and (tolerance is None or all(d <= tolerance for d in diffs)),
+        "verify_tolerance": tolerance,
+        "sync_logprob_diff_max": max(diffs) if diffs else None,
+        "sync_logprob_diff_median": _median(diffs),
+        "sync_ms_median": _median(r.get("sync_ms") for r in syncs),
+        "sync_ms_total": sum(r.get("sync_ms") or 0.0 for r in records),
+        "rollout_ms_median": _median(r.get("rollout_ms") for r in records),
+        "rollout_ms_total": sum(r.get("rollout_ms") or 0.0 for r in records),
+        "step_ms_median": _median(r.get("step_ms") for r in records),
+        "step_ms_total": sum(r.get("step_ms") or 0.0 for r in records),
+        "loss_median": _median(r.get("loss") for r in records),
+        "policy_lag_max": max((r.get("policy_lag") or 0 for r in records), default=None),
+        "reward_mean_first_20pct": statistics.fmean(first) if first else None,
+        "reward_mean_last_20pct": statistics.fmean(last) if last else None,
+        "trainer_peak_rss_mb": max((r.get("trainer_rss_mb") or 0.0 for r in records), default=None),
+        "server_peak_rss_mb": server_peak_rss_mb,
+    }
+    if extra:
+        out.update(extra)
+    return out
+
+
+def plot(records: Sequence[dict], path: str | Path, title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in records]
+    mean = [r.get("reward_mean") for r in records]
+    std = [r.get("reward_std") or 0.0 for r in records]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    ax1.plot(steps, mean, label="reward mean", color="tab:blue")
+    ax1.fill_between(steps, [m - s for m, s in zip(mean, std, strict=True)],
+                     [m + s for m, s in zip(mean, std, strict=True)], alpha=0.2, color="tab:blue")
+    ax1.set_ylabel("reward")
+    ax1.legend(loc="upper left")
+    ax1.set_title(title)
+    sync_steps = [r["step"] for r in records if r.get("sync_ms")]
+    ax2.plot(sync_steps, [r["sync_ms"] for r in records if r.get("sync_ms")], "o-", ms=3,
+             color="tab:orange", label="sync pause (ms)")
+    ax2.set_ylabel("sync ms")
+    ax2.set_xlabel("optimizer step")
+    ax2.legend(loc="upper left")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+class MetricsWriter:
+    """Appends one line per step (flushed at once, so a crash loses nothing already written)."""
+
+    def __init__(self, output_dir: str | Path):
+        self.dir = Path(output_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / "grpo_metrics.jsonl"
+        self.path.write_text("")
+        self.records: list[dict] = []
+
+    def write(self, record: dict) -> None:
+        missing = [f for f in STEP_FIELDS if f not in record]
+        if missing:
+            raise KeyError(f"metrics record lacks {missing}")
+        self.records.append(record)
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def finish(self, summary: dict, *, title: str = "") -> None:
+        (self.dir / "grpo_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if self.records:
+            plot(self.records, self.dir / "grpo_curves.png", title=title)

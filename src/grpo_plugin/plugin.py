@@ -1,0 +1,54 @@
+"""GRPOPlugin: wiring only. Listed under `plugins:` as `grpo_plugin.GRPOPlugin`."""
+
+from __future__ import annotations
+
+import logging
+
+from axolotl.integrations.base import BasePlugin
+
+LOG = logging.getLogger("grpo_plugin")
+
+TRAINER_CLS = "grpo_plugin.trainer.GRPOPluginTrainer"
+SERVE_MODULE = "grpo_plugin.serve"
+
+
+class GRPOPlugin(BasePlugin):
+    def get_input_args(self) -> str:
+        return "grpo_plugin.args.GRPOPluginArgs"
+
+    def register(self, cfg) -> None:
+        """Runs on the raw config before validation (also for `axolotl vllm-serve`). axolotl reads
+        trainer_cls / trl.use_data_producer / vllm.serve_module before any later hook, so they are set here.
+        Only defaults are filled in: an explicit conflicting value is left for validation to reject."""
+        if cfg.get("grpo") is None:
+            cfg["grpo"] = {}
+        if cfg.get("trainer_cls") not in (None, TRAINER_CLS):
+            LOG.warning("grpo_plugin: replacing trainer_cls %r with %s", cfg.get("trainer_cls"), TRAINER_CLS)
+        cfg["trainer_cls"] = TRAINER_CLS
+        trl = cfg.get("trl")
+        if trl is None:
+            trl = cfg["trl"] = {}
+        vllm = cfg.get("vllm")
+        if vllm is None:
+            vllm = cfg["vllm"] = {}
+        trl.setdefault("use_vllm", True)
+        trl.setdefault("vllm_mode", "server")
+        trl.setdefault("use_data_producer", True)
+        vllm.setdefault("serve_module", SERVE_MODULE)
+        vllm.setdefault("host", "127.0.0.1")
+        vllm.setdefault("port", 8000)
+        trl.setdefault("vllm_server_host", vllm["host"])
+        trl.setdefault("vllm_server_port", vllm["port"])
+
+    def pre_model_load(self, cfg) -> None:
+        # Start the managed server as early as possible: it boots while axolotl loads the model.
+        grpo = cfg.get("grpo") or {}
+        if grpo.get("managed_server"):
+            from grpo_plugin import managed
+
+            managed.start(cfg)
+
+    def post_train_unload(self, cfg) -> None:
+        from grpo_plugin import managed
+
+        managed.stop()

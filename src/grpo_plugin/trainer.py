@@ -1,0 +1,251 @@
+"""The one GRPO trainer of the plugin: axolotl's async GRPO trainer (data-producer path) + a WeightSync.
+
+What it changes in the host:
+- TRL's server-mode vLLM client is not built: it would create an NCCL communicator, which asserts on CPU
+  (`torch.cuda.current_device()`) and silently broadcasts nothing with PyNccl disabled. We talk to the stock
+  vLLM server through our own client.
+- Rollouts come from `LocalRolloutProducer` as *deferred* rollouts, so axolotl's main thread does rewards,
+  advantages, policy logprobs and the vLLM importance-sampling correction. This path never calls TRL's
+  `_generate_and_score_completions` (where axolotl 0.19's `num_tiles` override breaks) nor axolotl's
+  `_generate_only` (which unpacks 7 of TRL 1.9's 8 `_generate` return values).
+- `_maybe_sync_vllm_weights`, the hook axolotl calls before each new rollout, asks the WeightSync to push
+  every `grpo.sync_interval` steps and verifies each push with the logprob probe.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import time
+from contextlib import contextmanager
+
+from axolotl.core.trainers.grpo.trainer import AxolotlAsyncGRPOTrainer
+from transformers import TrainerCallback
+
+from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, current_settings
+from grpo_plugin.client import VLLMServerClient
+from grpo_plugin.metrics import MetricsWriter, rss_mb, summarize
+from grpo_plugin.producers.local import LocalRolloutProducer
+from grpo_plugin.server import Progress
+from grpo_plugin.sync import ProbeVerifier, SyncResult, build_weight_sync
+
+LOG = logging.getLogger("grpo_plugin")
+
+
+@contextmanager
+def _without_trl_server_client():
+    """Keep TRL from building its server client (and NCCL communicator) while the trainer is constructed."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    orig = VLLMGeneration._init_vllm
+
+    def _init_vllm(self_vllm):
+        if self_vllm.mode == "server":
+            self_vllm.vllm_client = None  # grpo_plugin's own client does generation and sync
+            return
+        orig(self_vllm)
+
+    VLLMGeneration._init_vllm = _init_vllm
+    try:
+        yield
+    finally:
+        VLLMGeneration._init_vllm = orig
+
+
+def server_base_url(args) -> str:
+    if getattr(args, "vllm_server_base_url", None):
+        return args.vllm_server_base_url
+    host = args.vllm_server_host or "127.0.0.1"
+    host = "127.0.0.1" if host == "0.0.0.0" else host
+    return f"http://{host}:{args.vllm_server_port}"
+
+
+def wait_for_server(client: VLLMServerClient, timeout: float) -> None:
+    from grpo_plugin import managed
+
+    server = managed.current()
+    if server is not None:
+        server.wait_healthy(timeout, client.healthy, Progress(f"starting vLLM on {client.base_url}"))
+        return
+    if client.healthy():
+        return
+    progress = Progress(f"waiting for the vLLM server at {client.base_url}")
+    t0 = time.monotonic()
+    while not client.healthy():
+        if time.monotonic() - t0 > timeout:
+            raise ConnectionError(
+                f"No vLLM server answered at {client.base_url}/health within {timeout:.0f} s. Start it with "
+                "`axolotl vllm-serve <config.yaml>` in another terminal, or set `grpo.managed_server: true` "
+                "so `axolotl train` starts it."
+            )
+        progress.update("not up yet — start it with `axolotl vllm-serve <config.yaml>`")
+        time.sleep(1.0)
+    progress.done("connected")
+
+
+class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
+    def __init__(self, *args, grpo_settings: GRPOSettings | None = None, **kwargs):
+        self.grpo = grpo_settings or current_settings()
+        training_args = kwargs["args"]
+        self.vllm_server = VLLMServerClient(server_base_url(training_args), timeout=self.grpo.request_timeout)
+        self.weight_sync = build_weight_sync(self.grpo, self.vllm_server)
+        self._synced_version: int | None = None  # global_step whose weights the server holds
+        self._rollout_version: int | None = None
+        self._pending_sync: SyncResult | None = None
+        self._pending_rollout_ms = 0.0
+        self._step_losses: list[float] = []
+        self._reward_stats: tuple[float, float] | None = None
+        self._closed = False
+        with _without_trl_server_client():
+            super().__init__(*args, **kwargs)
+        if getattr(self.args, "async_prefetch", False):
+            raise ValueError("grpo_plugin: trl.async_prefetch is not supported yet; remove it.")
+
+        tok = self.processing_class
+        # axolotl 0.19's deferred scoring reads these; TRL 1.9 no longer sets them.
+        self.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        self.eos_token_id = tok.eos_token_id
+        wait_for_server(self.vllm_server, self.grpo.server_timeout)
+        self.weight_sync.prepare(self)
+        probe_ids = tok(self.grpo.probe_text, add_special_tokens=False)["input_ids"]
+        dtype = str(next(self.accelerator.unwrap_model(self.model).parameters()).dtype).replace("torch.", "")
+        self.verify_tolerance = self.grpo.verify_tolerance or DEFAULT_TOLERANCE.get(dtype, 1e-4)
+        self.verifier = ProbeVerifier(self.vllm_server, probe_ids, self.verify_tolerance, self.weight_sync.mode)
+        self.metrics_writer = (
+            MetricsWriter(self.args.output_dir) if self.grpo.metrics and self.accelerator.is_main_process
+            else None
+        )
+        self.add_callback(_StepMetricsCallback(self))
+        atexit.register(self.close_sync)
+
+    # ---- data ----------------------------------------------------------------------------------
+    def _create_data_producer(self, args, train_dataset):
+        from axolotl.core.trainers.grpo.async_trainer import ProducerConfig
+
+        config = ProducerConfig(
+            mini_epochs=args.num_iterations, max_rollouts=None, eval_during_produce=False,
+            empty_cache_before_produce=False, empty_cache_after_produce=False,
+            async_prefetch=False, prefetch_depth=args.prefetch_depth,
+        )
+        producer = LocalRolloutProducer(
+            config=config,
+            prompt_dataset=train_dataset,
+            num_generations=self.num_generations,
+            generation_batch_size=args.generation_batch_size,
+            train_batch_size=args.per_device_train_batch_size,
+            steps_per_generation=args.steps_per_generation,
+            shuffle_dataset=getattr(self, "shuffle_dataset", True),
+            seed=args.seed,
+            client=self.vllm_server,
+            weight_sync=self.weight_sync,
+            on_rollout=self._on_rollout,
+        )
+        producer.set_trainer(self)
+        return producer
+
+    def _on_rollout(self, rollout_ms: float) -> None:
+        self._pending_rollout_ms += rollout_ms
+        self._rollout_version = self._synced_version
+
+    # ---- sync ----------------------------------------------------------------------------------
+    def _maybe_sync_vllm_weights(self):
+        step = self.state.global_step
+        last = self._synced_version
+        if last is not None and (step == last or step - last < self.grpo.sync_interval):
+            return
+        result = self.weight_sync.push(step)
+        if self.grpo.verify_sync:
+            model = self.accelerator.unwrap_model(self.model)
+            self.verifier.verify(model, self.weight_sync.generation_model, result)
+        self._synced_version = step
+        self._pending_sync = result
+
+    def close_sync(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with contextlib.suppress(Exception):
+                self.weight_sync.close()
+
+    # ---- metrics taps --------------------------------------------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss = super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                    num_items_in_batch=num_items_in_batch)
+        value = loss[0] if isinstance(loss, tuple) else loss
+        self._step_losses.append(float(value.detach()))
+        return loss
+
+    def _post_advantage_hook(self, data, rewards_per_func, advantages, inputs, num_generations, mode,
+                             *args, **kwargs):
+        super()._post_advantage_hook(data, rewards_per_func, advantages, inputs, num_generations, mode,
+                                     *args, **kwargs)
+        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        self._reward_stats = (rewards.mean().item(),
+                              rewards.std().item() if rewards.numel() > 1 else 0.0)
+
+    def step_record(self, step_ms: float) -> dict:
+        step = self.state.global_step
+        sync = self._pending_sync
+        reward_mean, reward_std = self._reward_stats or (None, None)
+        rec = {
+            "step": step,
+            "reward_mean": reward_mean,
+            "reward_std": reward_std,
+            "loss": sum(self._step_losses) / len(self._step_losses) if self._step_losses else None,
+            "sync_mode": self.weight_sync.mode,
+            "sync_ms": round(sync.sync_ms, 3) if sync else 0.0,
+            "sync_logprob_diff": sync.logprob_diff if sync else None,
+            "rollout_ms": round(self._pending_rollout_ms, 3),
+            "step_ms": round(step_ms, 3),
+            "policy_lag": (step - 1 - self._rollout_version) if self._rollout_version is not None else None,
+            "trainer_rss_mb": round(rss_mb(), 1),
+            "verify_ms": round(sync.verify_ms, 3) if sync else 0.0,
+        }
+        self._pending_sync, self._pending_rollout_ms, self._step_losses = None, 0.0, []
+        return rec
+
+
+class _StepMetricsCallback(TrainerCallback):
+    def __init__(self, trainer: GRPOPluginTrainer):
+        self.trainer = trainer
+        self._t0 = 0.0
+        self._server_peak = 0.0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._t0 = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        tr = self.trainer
+        rec = tr.step_record((time.perf_counter() - self._t0) * 1e3)
+        from grpo_plugin import managed
+
+        server = managed.current()
+        if server is not None and server.pid:
+            self._server_peak = max(self._server_peak, rss_mb(server.pid, tree=True))
+        if tr.metrics_writer is not None:
+            tr.metrics_writer.write(rec)
+        if tr.accelerator.is_main_process:
+            diff = rec["sync_logprob_diff"]
+            line = (f"step {rec['step']}: reward {rec['reward_mean']:.3f} ± {rec['reward_std']:.3f}"
+                    if rec["reward_mean"] is not None else f"step {rec['step']}")
+            if diff is not None:
+                line += f" | sync {rec['sync_ms']:.0f} ms, probe Δ {diff:.1e}"
+            LOG.info(line)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        tr = self.trainer
+        if tr.metrics_writer is not None:
+            summary = summarize(
+                tr.metrics_writer.records, mode=tr.weight_sync.mode,
+                model=str(getattr(tr.model, "name_or_path", "") or os.environ.get("GRPO_MODEL", "")),
+                tolerance=tr.verify_tolerance if tr.grpo.verify_sync else None,
+                server_peak_rss_mb=round(self._server_peak, 1) if self._server_peak else None,
+                extra={"sync_interval": tr.grpo.sync_interval},
+            )
+            tr.metrics_writer.finish(summary, title=f"grpo_plugin · {tr.weight_sync.mode}")
+        tr.close_sync()
+
+
+__all__ = ["GRPOPluginTrainer"]
