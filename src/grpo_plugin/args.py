@@ -7,6 +7,7 @@ silently dropped setting (axolotl's own models ignore unknown keys).
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -68,6 +69,22 @@ class GRPOSettings(BaseModel):
     metrics: bool = Field(
         default=True, description="Write grpo_metrics.jsonl, grpo_summary.json and grpo_curves.png."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                hints = []
+                for key in unknown:
+                    close = difflib.get_close_matches(str(key), list(cls.model_fields), n=1)
+                    hints.append(f"grpo.{key}" + (f" (did you mean grpo.{close[0]}?)" if close else ""))
+                raise ValueError(
+                    f"unknown key(s) in the grpo: block: {', '.join(hints)}. Known keys: "
+                    f"{', '.join(cls.model_fields)} (see docs/config.md)."
+                )
+        return data
 
     @field_validator("sync")
     @classmethod

@@ -4,13 +4,12 @@ tree at exit — normal end, Ctrl-C, SIGTERM, or a crash (atexit; and PR_SET_PDE
 from __future__ import annotations
 
 import atexit
-import logging
 import signal
+import sys
 from pathlib import Path
 
 from grpo_plugin.server import VLLMServerProcess, spec_from_cfg
 
-LOG = logging.getLogger("grpo_plugin")
 _SERVER: VLLMServerProcess | None = None
 
 
@@ -28,7 +27,8 @@ def start(cfg) -> VLLMServerProcess:
     server = VLLMServerProcess(spec_from_cfg(cfg), log_path=log)
     server.start()
     _SERVER = server
-    LOG.info("started managed vLLM server pid %s on %s (log: %s)", server.pid, server.spec.base_url, log)
+    print(f"[grpo_plugin] started managed vLLM server pid {server.pid} on {server.spec.base_url} (log: {log})",
+          file=sys.stderr, flush=True)
     atexit.register(stop)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         prev = signal.getsignal(sig)
@@ -48,5 +48,6 @@ def stop() -> None:
     global _SERVER
     server, _SERVER = _SERVER, None
     if server is not None:
-        LOG.info("stopping managed vLLM server pid %s", server.pid)
+        print(f"[grpo_plugin] stopping managed vLLM server pid {server.pid}", file=sys.stderr, flush=True)
         server.stop()
+        print(f"[grpo_plugin] managed vLLM server pid {server.pid} stopped", file=sys.stderr, flush=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import os
 import time
 from contextlib import contextmanager
@@ -30,8 +29,6 @@ from grpo_plugin.metrics import MetricsWriter, rss_mb, summarize
 from grpo_plugin.producers.local import LocalRolloutProducer
 from grpo_plugin.server import Progress
 from grpo_plugin.sync import ProbeVerifier, SyncResult, build_weight_sync
-
-LOG = logging.getLogger("grpo_plugin")
 
 
 @contextmanager
@@ -185,6 +182,17 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self._reward_stats = (rewards.mean().item(),
                               rewards.std().item() if rewards.numel() > 1 else 0.0)
 
+    def log(self, logs: dict, *args, **kwargs) -> None:
+        # Show the sync figures next to axolotl's reward/loss in the per-step log (and in wandb etc.).
+        rec = getattr(self, "last_record", None)
+        if rec is not None and "loss" in logs:
+            logs["grpo/sync_ms"] = rec["sync_ms"]
+            if rec["sync_logprob_diff"] is not None:
+                logs["grpo/sync_logprob_diff"] = rec["sync_logprob_diff"]
+            logs["grpo/rollout_ms"] = rec["rollout_ms"]
+            logs["grpo/policy_lag"] = rec["policy_lag"]
+        super().log(logs, *args, **kwargs)
+
     def step_record(self, step_ms: float) -> dict:
         step = self.state.global_step
         sync = self._pending_sync
@@ -226,13 +234,7 @@ class _StepMetricsCallback(TrainerCallback):
             self._server_peak = max(self._server_peak, rss_mb(server.pid, tree=True))
         if tr.metrics_writer is not None:
             tr.metrics_writer.write(rec)
-        if tr.accelerator.is_main_process:
-            diff = rec["sync_logprob_diff"]
-            line = (f"step {rec['step']}: reward {rec['reward_mean']:.3f} ± {rec['reward_std']:.3f}"
-                    if rec["reward_mean"] is not None else f"step {rec['step']}")
-            if diff is not None:
-                line += f" | sync {rec['sync_ms']:.0f} ms, probe Δ {diff:.1e}"
-            LOG.info(line)
+        tr.last_record = rec
 
     def on_train_end(self, args, state, control, **kwargs):
         tr = self.trainer

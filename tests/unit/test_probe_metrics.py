@@ -1,0 +1,74 @@
+import json
+import math
+
+import pytest
+import torch
+
+from grpo_plugin import probe
+from grpo_plugin.metrics import STEP_FIELDS, MetricsWriter, summarize
+
+
+class Bigram(torch.nn.Module):
+    """log p(next | current) from a fixed table: a model whose logprobs we know in closed form."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = torch.nn.Parameter(table)
+
+    def forward(self, input_ids):
+        return type("Out", (), {"logits": self.table[input_ids]})()
+
+
+def test_token_logprobs_matches_closed_form_and_restores_mode():
+    table = torch.randn(5, 5)
+    m = Bigram(table).train()
+    ids = [0, 3, 1, 4]
+    got = probe.token_logprobs(m, ids)
+    want = [torch.log_softmax(table[a], -1)[b].item() for a, b in zip(ids, ids[1:])]
+    assert got == pytest.approx(want, abs=1e-6)
+    assert m.training
+
+
+def test_logprob_diff_and_check():
+    assert probe.logprob_diff([-1.0, -2.0], [-1.0, -2.5]) == pytest.approx((0.25, 0.5))
+    probe.check(5e-5, 1e-4, mode="lora_sync", step=3)
+    with pytest.raises(probe.SyncVerificationError, match="grpo.sync=lora_sync: weight sync at step 3"):
+        probe.check(0.2, 1e-4, mode="lora_sync", step=3)
+    with pytest.raises(probe.SyncVerificationError):
+        probe.check(float("nan"), 1e-4, mode="lora_sync", step=1)
+    with pytest.raises(probe.SyncVerificationError, match="length mismatch"):
+        probe.logprob_diff([-1.0], [-1.0, -2.0])
+    assert probe.logprob_diff([float("nan")], [0.0]) == (math.inf, math.inf)
+
+
+def _rec(step, reward, sync_ms=10.0, diff=1e-7):
+    return {"step": step, "reward_mean": reward, "reward_std": 0.1, "loss": 0.0, "sync_mode": "lora_sync",
+            "sync_ms": sync_ms, "sync_logprob_diff": diff, "rollout_ms": 100.0, "step_ms": 200.0,
+            "policy_lag": 0, "trainer_rss_mb": 500.0 + step}
+
+
+def test_summary_and_files(tmp_path):
+    w = MetricsWriter(tmp_path)
+    for i in range(1, 11):
+        w.write(_rec(i, i / 10, sync_ms=float(i)))
+    s = summarize(w.records, mode="lora_sync", model="m", tolerance=1e-4)
+    w.finish(s)
+    lines = [json.loads(x) for x in (tmp_path / "grpo_metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 10 and set(STEP_FIELDS) <= set(lines[0])
+    assert s["num_syncs"] == 10 and s["all_syncs_verified"] is True
+    assert s["sync_ms_median"] == 5.5 and s["sync_ms_total"] == 55.0
+    assert s["reward_mean_first_20pct"] == pytest.approx(0.15)
+    assert s["reward_mean_last_20pct"] == pytest.approx(0.95)
+    assert s["trainer_peak_rss_mb"] == 510.0
+    assert json.loads((tmp_path / "grpo_summary.json").read_text())["steps"] == 10
+    assert (tmp_path / "grpo_curves.png").stat().st_size > 1000
+
+
+def test_summary_flags_unverified_sync():
+    recs = [_rec(1, 0.1), _rec(2, 0.2, diff=None), _rec(3, 0.3, diff=0.5)]
+    assert summarize(recs, mode="lora_sync", model="m", tolerance=1e-4)["all_syncs_verified"] is False
+
+
+def test_writer_refuses_incomplete_record(tmp_path):
+    with pytest.raises(KeyError, match="policy_lag"):
+        MetricsWriter(tmp_path).write({k: 0 for k in STEP_FIELDS if k != "policy_lag"})

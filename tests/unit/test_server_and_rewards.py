@@ -1,0 +1,48 @@
+import socket
+
+import pytest
+
+from grpo_plugin.server import (
+    PortInUseError,
+    ServerSpec,
+    VLLMServerProcess,
+    lora_rank_for_vllm,
+    spec_from_cfg,
+)
+from rewards.toy import digit_fraction, digit_reward
+
+
+def test_command_has_what_lora_sync_needs():
+    spec = ServerSpec(model="m", port=8123, dtype="float32", enforce_eager=True, max_lora_rank=16)
+    cmd = spec.command()
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[cmd.index("--max-lora-rank") + 1] == "16" and "--enable-lora" in cmd and "--enforce-eager" in cmd
+    env = spec.env({})
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True" and env["VLLM_SERVER_DEV_MODE"] == "1"
+
+
+def test_spec_from_cfg_and_overrides():
+    cfg = {"base_model": "m", "adapter": "lora", "lora_r": 12, "grpo": {"sync": "lora_sync"},
+           "vllm": {"host": "127.0.0.1", "port": 9000, "dtype": "float32"}}
+    spec = spec_from_cfg(cfg, port=9100)
+    assert (spec.model, spec.port, spec.dtype, spec.max_lora_rank, spec.enable_lora) == ("m", 9100, "float32", 16, True)
+    assert lora_rank_for_vllm(8) == 8 and lora_rank_for_vllm(33) == 64
+    with pytest.raises(ValueError):
+        lora_rank_for_vllm(10_000)
+
+
+def test_port_in_use_is_a_clear_error_and_kills_nothing():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        server = VLLMServerProcess(ServerSpec(model="m", port=port))
+        with pytest.raises(PortInUseError, match=f"port {port} on 127.0.0.1 is already in use.*Nothing was killed"):
+            server.start()
+        assert server.proc is None  # no server process was started
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()  # the port's owner was left alone
+
+
+def test_digit_reward_plain_and_chat():
+    assert digit_fraction("a1b2") == 0.5 and digit_fraction("") == 0.0
+    assert digit_reward(None, ["12", "ab", [{"role": "assistant", "content": "1a"}], None]) == [1.0, 0.0, 0.5, 0.0]
