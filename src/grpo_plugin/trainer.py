@@ -51,6 +51,12 @@ def _without_trl_server_client():
         VLLMGeneration._init_vllm = orig
 
 
+def _loaded_cfg() -> dict:
+    from axolotl.integrations.base import PluginManager
+
+    return PluginManager.get_instance().cfg or {}
+
+
 def server_base_url(args) -> str:
     if getattr(args, "vllm_server_base_url", None):
         return args.vllm_server_base_url
@@ -109,7 +115,11 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         probe_ids = tok(self.grpo.probe_text, add_special_tokens=False)["input_ids"]
         dtype = str(next(self.accelerator.unwrap_model(self.model).parameters()).dtype).replace("torch.", "")
         self.verify_tolerance = self.grpo.verify_tolerance or DEFAULT_TOLERANCE.get(dtype, 1e-4)
-        self.verifier = ProbeVerifier(self.vllm_server, probe_ids, self.verify_tolerance, self.weight_sync.mode)
+        max_len = getattr(self.accelerator.unwrap_model(self.model).config, "max_position_embeddings", None)
+        server_len = ((_loaded_cfg().get("vllm") or {}).get("max_model_len"))
+        max_len = min(x for x in (max_len, server_len, 10**9) if x)
+        self.verifier = ProbeVerifier(self.vllm_server, probe_ids, self.verify_tolerance, self.weight_sync.mode,
+                                      max_len=max_len)
         self.metrics_writer = (
             MetricsWriter(self.args.output_dir) if self.grpo.metrics and self.accelerator.is_main_process
             else None

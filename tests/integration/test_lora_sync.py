@@ -98,3 +98,18 @@ def test_generation_returns_ids_and_logprobs_of_the_adapter(vllm_server, peft_tr
                 assert max(abs(a - b) for a, b in zip(c.logprobs, want)) < 1e-3
     finally:
         sync.close()
+
+
+def test_missing_prefix_cache_reset_is_caught(vllm_server, peft_trainer, probe_ids, monkeypatch, request):
+    """Injected fault: the adapter is loaded but the prefix cache keeps KV computed with the old one. The
+    generation probe runs over a cached prompt, as rollouts do, so it sees what prompt logprobs cannot."""
+    _, client = vllm_server
+    sync = LoraSync(client, adapter_name="t-noreset")
+    request.addfinalizer(sync.close)
+    sync.prepare(peft_trainer)
+    verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="lora_sync")
+    verifier.verify(peft_trainer.model, sync.generation_model, sync.push(0))  # caches the probe prompt's KV
+    monkeypatch.setattr(client, "reset_prefix_cache", lambda: None)
+    perturb_lora(peft_trainer.model, seed=3)
+    with pytest.raises(probe.SyncVerificationError, match="did NOT take effect"):
+        verifier.verify(peft_trainer.model, sync.generation_model, sync.push(1))

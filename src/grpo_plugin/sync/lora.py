@@ -49,14 +49,31 @@ class LoraSync:
                 "grpo.sync=lora_sync: the trainer's model has no LoRA adapter. Set `adapter: lora` in the config."
             )
         self._model = model
+        self._tensors = self._adapter_tensors(model)
         # Config once (vLLM reads adapter_config.json next to the weights); weights on every push.
         model.peft_config["default"].save_pretrained(str(self._dir))
+
+    @staticmethod
+    def _adapter_tensors(model) -> dict | None:
+        """PEFT's adapter state-dict names, resolved once to the live parameters (the optimizer updates them
+        in place, so each push reads current values without walking the whole model again). None if any
+        entry is not a live parameter: then every push asks PEFT again."""
+        from peft import get_peft_model_state_dict
+
+        by_ptr = {p.data_ptr(): p for p in model.parameters()}
+        out = {}
+        for key, t in get_peft_model_state_dict(model).items():
+            if t.data_ptr() not in by_ptr:
+                return None
+            out[key] = by_ptr[t.data_ptr()]
+        return out
 
     def _write_weights(self) -> None:
         from peft import get_peft_model_state_dict
         from safetensors.torch import save_file
 
-        sd = {k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(self._model).items()}
+        tensors = self._tensors if self._tensors is not None else get_peft_model_state_dict(self._model)
+        sd = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
         tmp = self._dir / "adapter_model.safetensors.tmp"
         save_file(sd, str(tmp))
         os.replace(tmp, self._dir / "adapter_model.safetensors")  # the server never sees a half-written file
