@@ -109,7 +109,7 @@ def test_missing_prefix_cache_reset_is_caught(vllm_server, peft_trainer, probe_i
     sync.prepare(peft_trainer)
     verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="lora_sync")
     verifier.verify(peft_trainer.model, sync.generation_model, sync.push(0))  # caches the probe prompt's KV
-    monkeypatch.setattr(client, "reset_prefix_cache", lambda: None)
+    monkeypatch.setattr(sync._reset_client, "reset_prefix_cache", lambda: None)
     perturb_lora(peft_trainer.model, seed=3)
     with pytest.raises(probe.SyncVerificationError, match="did NOT take effect"):
         verifier.verify(peft_trainer.model, sync.generation_model, sync.push(1))

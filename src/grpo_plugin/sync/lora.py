@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from grpo_plugin.sync.base import SyncResult
@@ -32,7 +33,10 @@ class LoraSync:
         root.mkdir(parents=True, exist_ok=True)
         self._dir = Path(tempfile.mkdtemp(prefix="grpo_plugin-lora-", dir=root))
         self._model = None
-        self._loaded = False
+        self._tensors = None
+        # a second client (own HTTP session) so the cache reset can run beside the adapter load
+        self._reset_client = type(client)(client.base_url, timeout=client.timeout)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-lora-sync")
 
     @property
     def generation_model(self) -> str:
@@ -79,12 +83,17 @@ class LoraSync:
         os.replace(tmp, self._dir / "adapter_model.safetensors")  # the server never sees a half-written file
 
     def push(self, step: int) -> SyncResult:
+        """Write, load in place, reset the prefix cache. The trainer sends no generation request while a push
+        runs, so the reset may overlap the load: no request can see the cache between the two."""
         t0 = time.perf_counter()
         self._write_weights()
-        self.client.load_lora_adapter(self.adapter_name, str(self._dir), inplace=True)
-        self.client.reset_prefix_cache()
-        self._loaded = True
+        reset = self._pool.submit(self._reset_client.reset_prefix_cache)
+        try:
+            self.client.load_lora_adapter(self.adapter_name, str(self._dir), inplace=True)
+        finally:
+            reset.result()  # re-raises a failed reset
         return SyncResult(step=step, sync_ms=(time.perf_counter() - t0) * 1e3)
 
     def close(self) -> None:
+        self._pool.shutdown(wait=True)
         shutil.rmtree(self._dir, ignore_errors=True)
