@@ -90,7 +90,22 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
         ours = LoraSync(client, adapter_name="bench-ours")
         ours.prepare(SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m)))
         theirs = _axolotl_sync_fn(model, spec.base_url, "bench-axolotl")
-        res = {"ours": {"ms": [], "diff": []}, "axolotl": {"ms": [], "diff": []}}
+        res = {"ours": {"ms": [], "diff": [], "write_ms": []}, "axolotl": {"ms": [], "diff": [], "write_ms": []}}
+        # Time the adapter-writing part of each push (the rest is HTTP to the server) by wrapping, not changing,
+        # the function each side calls: ours `_write_weights`, axolotl's PEFT `save_pretrained`.
+        last_write = {}
+
+        def timed(name, fn):
+            def wrapper(*a, **k):
+                t = time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    last_write[name] = (time.perf_counter() - t) * 1e3
+            return wrapper
+
+        ours._write_weights = timed("ours", ours._write_weights)
+        model.save_pretrained = timed("axolotl", model.save_pretrained)
         for i in range(repeats + 1):  # the first round of each is warm-up and not counted
             _perturb(model, seed=i)
             for name in ("ours", "axolotl") if i % 2 == 0 else ("axolotl", "ours"):
@@ -104,6 +119,7 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
                 if i > 0:
                     res[name]["ms"].append(ms)
                     res[name]["diff"].append(diff)
+                    res[name]["write_ms"].append(last_write.get(name, float("nan")))
         ours.close()
     finally:
         server.stop()
@@ -117,6 +133,7 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
         out[name] = {
             "median_ms": round(statistics.median(r["ms"]), 2),
             "p90_ms": round(sorted(r["ms"])[int(0.9 * (len(r["ms"]) - 1))], 2),
+            "write_median_ms": round(statistics.median(r["write_ms"]), 2),
             "max_logprob_diff": max(r["diff"]),
             "verified": all(d <= 1e-4 for d in r["diff"]),
         }
@@ -145,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, label in (("ours", "grpo_plugin lora_sync"), ("axolotl", "axolotl trl.vllm_lora_sync")):
         r = out[name]
         print(f"  {label:28s} median {r['median_ms']:8.2f} ms  p90 {r['p90_ms']:8.2f} ms  "
+              f"(writing the adapter: {r['write_median_ms']:.2f} ms)  "
               f"probe max|Δ| {r['max_logprob_diff']:.1e}  verified {r['verified']}")
     print(f"  ratio ours/axolotl: {out['ratio_ours_over_axolotl']:.3f}")
     sys.stdout.flush()

