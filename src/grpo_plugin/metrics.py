@@ -140,21 +140,25 @@ def report(output_dir: str | Path) -> str:
     bars = "▁▂▃▄▅▆▇█"
     rewards = [r["reward_mean"] or 0.0 for r in recs]
     lo, hi = min(rewards, default=0.0), max(rewards, default=0.0)
-    spark = "".join(bars[int((x - lo) / (hi - lo) * 7) if hi > lo else 0] for x in rewards[:: max(1, len(rewards) // 60)])
+    every = max(1, len(rewards) // 60)
+    spark = "".join(bars[int((x - lo) / (hi - lo) * 7) if hi > lo else 0] for x in rewards[::every])
 
     def f(x, fmt):
         return "n/a" if x is None else format(x, fmt)
 
     return "\n".join([
         f"grpo_plugin run summary ({d})",
-        f"  mode {s['mode']} · {s['steps']} steps · {s['num_syncs']} syncs · all verified: {s['all_syncs_verified']}",
+        f"  mode {s['mode']} · {s['steps']} steps · {s['num_syncs']} syncs"
+        f" · all verified: {s['all_syncs_verified']}",
         f"  reward mean, first 20% of steps: {f(s['reward_mean_first_20pct'], '.3f')}"
         f"  →  last 20%: {f(s['reward_mean_last_20pct'], '.3f')}",
         f"  reward per step: {spark}",
-        f"  sync pause median {f(s['sync_ms_median'], '.1f')} ms · probe |Δlogp| max {f(s['sync_logprob_diff_max'], '.1e')}"
+        f"  sync pause median {f(s['sync_ms_median'], '.1f')} ms"
+        f" · probe |Δlogp| max {f(s['sync_logprob_diff_max'], '.1e')}"
         f" (tolerance {f(s['verify_tolerance'], '.0e')})",
         f"  step median {f(s['step_ms_median'], '.0f')} ms · rollout median {f(s['rollout_ms_median'], '.0f')} ms"
-        f" · trainer peak RSS {f(s['trainer_peak_rss_mb'], '.0f')} MiB · server peak RSS {f(s['server_peak_rss_mb'], '.0f')} MiB",
+        f" · trainer peak RSS {f(s['trainer_peak_rss_mb'], '.0f')} MiB"
+        f" · server peak RSS {f(s['server_peak_rss_mb'], '.0f')} MiB",
         f"  files: {d / 'grpo_metrics.jsonl'}, {d / 'grpo_summary.json'}, {d / 'grpo_curves.png'}",
     ])
 

@@ -8,6 +8,8 @@ What it changes in the host:
   advantages, policy logprobs and the vLLM importance-sampling correction. This path never calls TRL's
   `_generate_and_score_completions` (where axolotl 0.19's `num_tiles` override breaks) nor axolotl's
   `_generate_only` (which unpacks 7 of TRL 1.9's 8 `_generate` return values).
+- fp32 models are scored without axolotl's unconditional bf16 autocast (see
+  `_get_per_token_logps_and_entropies`), so the policy logprobs match vLLM's sampling logprobs.
 - `_maybe_sync_vllm_weights`, the hook axolotl calls before each new rollout, asks the WeightSync to push
   every `grpo.sync_interval` steps and verifies each push with the logprob probe.
 """
@@ -20,6 +22,7 @@ import os
 import time
 from contextlib import contextmanager
 
+import torch
 from axolotl.core.trainers.grpo.trainer import AxolotlAsyncGRPOTrainer
 from transformers import TrainerCallback
 
@@ -177,6 +180,31 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             self._closed = True
             with contextlib.suppress(Exception):
                 self.weight_sync.close()
+
+    # ---- scoring precision ----------------------------------------------------------------------
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                           batch_size=None, compute_entropy=False, **kwargs):
+        """axolotl 0.19 runs this forward under bf16 autocast whatever the model's dtype, so an fp32 run
+        silently scores and trains in bf16 precision (on the CPU demo its logprobs were 2.3e-3 off a plain
+        forward, while vLLM's matched to 1.5e-8). fp32 models use TRL's own implementation, which does not
+        autocast; others keep axolotl's."""
+        if not self._scores_in_fp32:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, **kwargs)
+        from trl import GRPOTrainer
+
+        logps, entropies, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+            self, model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+            compute_entropy=compute_entropy, **kwargs)
+        return logps, entropies
+
+    @property
+    def _scores_in_fp32(self) -> bool:
+        if not hasattr(self, "_fp32_cache"):
+            p = next(self.accelerator.unwrap_model(self.model).get_input_embeddings().parameters())
+            self._fp32_cache = p.dtype == torch.float32
+        return self._fp32_cache
 
     # ---- metrics taps --------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

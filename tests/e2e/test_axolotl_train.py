@@ -82,6 +82,9 @@ def test_quickstart_managed_server_learns_and_verifies_every_sync(tmp_path, tiny
     # vLLM importance-sampling correction is on (axolotl's default) and ran: the path that hits axolotl 0.19's
     # num_tiles TypeError / 7-of-8 unpack elsewhere works here.
     assert "sampling/importance_sampling_ratio/mean" in log and "grpo/sync_ms" in log
+    # the trainer's re-scoring of each rollout agrees with vLLM's sampling logprobs (fp32: no bf16 autocast)
+    gaps = [float(x) for x in re.findall(r"'sampling/sampling_logp_difference/mean': '([^']+)'", log)]
+    assert len(gaps) == steps and max(gaps) < 1e-4, gaps
     assert gone(managed_pid(log), timeout=5), "the managed server outlived `axolotl train`"
 
 
