@@ -131,6 +131,16 @@ def check_cross_keys(data: dict) -> None:
                 f"trl.vllm_mode: {trl.get('vllm_mode')!r} is not supported by the grpo_plugin; it talks to a "
                 "vLLM server (`axolotl vllm-serve`, or grpo.managed_server: true). Remove trl.vllm_mode."
             )
+        if trl.get("use_data_producer") is False:
+            raise ValueError(
+                "trl.use_data_producer: false, but the grpo_plugin's trainer runs on axolotl's data-producer "
+                "path. Remove trl.use_data_producer (the plugin sets it)."
+            )
+        if trl.get("async_prefetch"):
+            raise ValueError(
+                "trl.async_prefetch: true is not supported by the grpo_plugin yet (generation overlapping a "
+                "weight push needs a fence). Remove trl.async_prefetch."
+            )
         if trl.get("vllm_lora_sync"):
             raise ValueError(
                 "trl.vllm_lora_sync: true is axolotl's built-in LoRA sync; with the grpo_plugin use "

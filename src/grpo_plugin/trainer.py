@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import time
 from contextlib import contextmanager
 
@@ -106,8 +105,6 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self._closed = False
         with _without_trl_server_client():
             super().__init__(*args, **kwargs)
-        if getattr(self.args, "async_prefetch", False):
-            raise ValueError("grpo_plugin: trl.async_prefetch is not supported yet; remove it.")
 
         tok = self.processing_class
         # axolotl 0.19's deferred scoring reads these; TRL 1.9 no longer sets them.
@@ -282,7 +279,7 @@ class _StepMetricsCallback(TrainerCallback):
         if tr.metrics_writer is not None:
             summary = summarize(
                 tr.metrics_writer.records, mode=tr.weight_sync.mode,
-                model=str(getattr(tr.model, "name_or_path", "") or os.environ.get("GRPO_MODEL", "")),
+                model=str(_loaded_cfg().get("base_model") or getattr(tr.model, "name_or_path", "")),
                 tolerance=tr.verify_tolerance if tr.grpo.verify_sync else None,
                 server_peak_rss_mb=round(self._server_peak, 1) if self._server_peak else None,
                 extra={"sync_interval": tr.grpo.sync_interval},

@@ -69,6 +69,9 @@ def test_empty_grpo_block_gets_defaults(base_cfg, tmp_path):
         (lambda c: c["trl"].update(use_vllm=False), "trl.use_vllm: false"),
         (lambda c: c["trl"].update(vllm_lora_sync=True), "remove trl.vllm_lora_sync"),
         (lambda c: c["trl"].update(vllm_mode="colocate"), "trl.vllm_mode"),
+        (lambda c: c["trl"].update(use_data_producer=False), "trl.use_data_producer: false"),
+        (lambda c: c["trl"].update(async_prefetch=True), "trl.async_prefetch: true is not supported"),
+        (lambda c: c.update(rl="dpo"), "needs `rl: grpo`"),
     ],
 )
 def test_bad_config_names_key_and_fix(base_cfg, tmp_path, mutate, expected):
