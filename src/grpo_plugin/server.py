@@ -248,8 +248,13 @@ def spec_from_cfg(cfg, **overrides) -> ServerSpec:
     """Server settings from the validated axolotl config (`base_model`, `vllm:`, `lora_r`); CLI overrides win."""
     vllm = cfg.get("vllm") or {}
     grpo = cfg.get("grpo") or {}
-    get = lambda key, default=None: overrides.get(key) if overrides.get(key) is not None else (  # noqa: E731
-        vllm.get(key) if vllm.get(key) is not None else default)
+
+    def get(key, default=None):
+        for source in (overrides, vllm):
+            if source.get(key) is not None:
+                return source[key]
+        return default
+
     adapter = cfg.get("adapter")
     return ServerSpec(
         model=overrides.get("model") or cfg.get("base_model"),

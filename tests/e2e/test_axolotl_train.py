@@ -114,7 +114,7 @@ def test_ctrl_c_stops_the_managed_server(tmp_path, tiny_model_dir, tiny_data_fil
 def test_vllm_serve_then_train_two_terminals(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
     steps = 6
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
-                           grpo={"managed_server": False})
+                           grpo={"managed_server": False, "sync_interval": 2})
     serve_log = tmp_path / "serve.log"
     with serve_log.open("w") as fh:
         serve = subprocess.Popen([str(BIN / "axolotl"), "vllm-serve", str(path)], cwd=ROOT, env=env(),
@@ -125,7 +125,13 @@ def test_vllm_serve_then_train_two_terminals(tmp_path, tiny_model_dir, tiny_data
                                capture_output=True, timeout=900)
         assert train.returncode == 0, (train.stdout + train.stderr)[-5000:]
         recs = [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
-        assert len(recs) == steps and all(r["sync_logprob_diff"] <= 1e-4 for r in recs)
+        assert len(recs) == steps
+        # sync_interval 2: pushes before steps 1, 3, 5 (global steps 0, 2, 4); the others train on 1-step-old
+        # rollouts and record no sync
+        assert [r["policy_lag"] for r in recs] == [0, 1] * (steps // 2)
+        synced, skipped = recs[0::2], recs[1::2]
+        assert all(r["sync_ms"] > 0 and r["sync_logprob_diff"] <= 1e-4 for r in synced)
+        assert all(r["sync_ms"] == 0 and r["sync_logprob_diff"] is None for r in skipped)
         assert "vLLM server ready" in serve_log.read_text()
         assert serve.poll() is None  # an unmanaged server keeps running after training
     finally:
@@ -148,3 +154,14 @@ def test_vllm_serve_port_in_use_is_a_clear_error(tmp_path, tiny_model_dir, tiny_
         assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr
         assert "Traceback" not in proc.stderr
         socket.create_connection(("127.0.0.1", port), timeout=2).close()  # its owner was left alone
+
+
+def test_crash_in_training_stops_the_managed_server(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    path, _ = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=5,
+                         trl={"reward_funcs": ["tests.e2e.crashing_reward.boom"]})
+    proc = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
+                          capture_output=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "injected reward failure" in log
+    assert gone(managed_pid(log), timeout=60), "a crash left the managed vLLM server running"
