@@ -37,6 +37,17 @@ def rss_mb(pid: int | None = None, *, tree: bool = False) -> float:
     return total / 2**20
 
 
+def listening_pid(port: int) -> int | None:
+    """PID of the process listening on a local TCP port (read-only: used to measure the server's memory)."""
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                return conn.pid
+    except (psutil.Error, OSError):
+        pass
+    return None
+
+
 def _median(xs: Iterable[float | None]) -> float | None:
     vals = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
     return statistics.median(vals) if vals else None

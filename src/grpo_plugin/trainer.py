@@ -27,7 +27,7 @@ from transformers import TrainerCallback
 
 from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, current_settings
 from grpo_plugin.client import VLLMServerClient
-from grpo_plugin.metrics import MetricsWriter, rss_mb, summarize
+from grpo_plugin.metrics import MetricsWriter, listening_pid, rss_mb, summarize
 from grpo_plugin.producers.local import LocalRolloutProducer
 from grpo_plugin.server import Progress
 from grpo_plugin.sync import ProbeVerifier, SyncResult, build_weight_sync
@@ -258,6 +258,21 @@ class _StepMetricsCallback(TrainerCallback):
         self.trainer = trainer
         self._t0 = 0.0
         self._server_peak = 0.0
+        self._unmanaged_pid: int | None = None
+
+    def _server_pid(self) -> int | None:
+        """The server process whose memory the summary reports: ours if managed, else the port's listener."""
+        from urllib.parse import urlparse
+
+        from grpo_plugin import managed
+
+        server = managed.current()
+        if server is not None:
+            return server.pid
+        if self._unmanaged_pid is None:
+            port = urlparse(self.trainer.vllm_server.base_url).port
+            self._unmanaged_pid = listening_pid(port) if port else 0
+        return self._unmanaged_pid or None
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._t0 = time.perf_counter()
@@ -265,11 +280,9 @@ class _StepMetricsCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         tr = self.trainer
         rec = tr.step_record((time.perf_counter() - self._t0) * 1e3)
-        from grpo_plugin import managed
-
-        server = managed.current()
-        if server is not None and server.pid:
-            self._server_peak = max(self._server_peak, rss_mb(server.pid, tree=True))
+        pid = self._server_pid()
+        if pid:
+            self._server_peak = max(self._server_peak, rss_mb(pid, tree=True))
         if tr.metrics_writer is not None:
             tr.metrics_writer.write(rec)
         tr.last_record = rec

@@ -133,6 +133,8 @@ def test_vllm_serve_then_train_two_terminals(tmp_path, tiny_model_dir, tiny_data
         assert all(r["sync_ms"] > 0 and r["sync_logprob_diff"] <= 1e-4 for r in synced)
         assert all(r["sync_ms"] == 0 and r["sync_logprob_diff"] is None for r in skipped)
         assert "vLLM server ready" in serve_log.read_text()
+        summary = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+        assert summary["server_peak_rss_mb"] > 500  # the unmanaged server's processes were measured too
         assert serve.poll() is None  # an unmanaged server keeps running after training
     finally:
         serve.send_signal(signal.SIGINT)  # Ctrl-C in terminal 1

@@ -72,3 +72,15 @@ def test_summary_flags_unverified_sync():
 def test_writer_refuses_incomplete_record(tmp_path):
     with pytest.raises(KeyError, match="policy_lag"):
         MetricsWriter(tmp_path).write({k: 0 for k in STEP_FIELDS if k != "policy_lag"})
+
+
+def test_listening_pid_finds_our_own_listener():
+    import os
+    import socket
+
+    from grpo_plugin.metrics import listening_pid
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert listening_pid(s.getsockname()[1]) == os.getpid()
