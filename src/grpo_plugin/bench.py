@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import socket
 import statistics
 import sys
@@ -53,7 +54,12 @@ def _axolotl_sync_fn(model, base_url: str, adapter_name: str):
         model_wrapped=model,
         args=SimpleNamespace(model_name_or_path=adapter_name, vllm_server_timeout=300),
     )
-    return lambda: AsyncGRPOTrainer._sync_lora_adapter(host)
+    def sync():
+        AsyncGRPOTrainer._sync_lora_adapter(host)
+
+    sync.cleanup = lambda: shutil.rmtree(getattr(host, "_lora_sync_dir", None) or "/nonexistent",
+                                          ignore_errors=True)  # axolotl never removes its temp dir
+    return sync
 
 
 def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port: int | None) -> dict:
@@ -121,8 +127,13 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
                     res[name]["diff"].append(diff)
                     res[name]["write_ms"].append(last_write.get(name, float("nan")))
         ours.close()
+        theirs.cleanup()
+    except BaseException:
+        print(f"benchmark failed; server log kept in {tmp / 'vllm_server.log'}", file=sys.stderr)
+        raise
     finally:
         server.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
     n_params = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
     out = {
         "benchmark": "sync", "mode": mode, "model": model_dir, "repeats": repeats,
