@@ -161,10 +161,14 @@ class GRPOPluginArgs(BaseModel):
         return data
 
 
-def current_settings() -> GRPOSettings:
-    """The validated `grpo:` block of the config axolotl loaded in this process."""
+def loaded_cfg() -> dict:
+    """The validated config axolotl loaded in this process (set by axolotl after validation)."""
     from axolotl.integrations.base import PluginManager
 
-    cfg = PluginManager.get_instance().cfg
-    block = (cfg or {}).get("grpo") if cfg is not None else None
+    return PluginManager.get_instance().cfg or {}
+
+
+def current_settings() -> GRPOSettings:
+    """The validated `grpo:` block of the config axolotl loaded in this process."""
+    block = loaded_cfg().get("grpo")
     return GRPOSettings(**(dict(block) if block else {}))

@@ -146,6 +146,25 @@ class Progress:
         self.stream.flush()
 
 
+def wait_until(healthy: Callable[[], bool], timeout: float, progress: Progress,
+               status: Callable[[float], str], *, ready: str, check: Callable[[], None] | None = None,
+               poll: float = 0.5) -> float | None:
+    """Poll `healthy()` with a progress line; seconds waited, or None after `timeout`. `check()` may raise to
+    stop waiting early (e.g. the server process exited)."""
+    t0 = time.monotonic()
+    while True:
+        if check is not None:
+            check()
+        if healthy():
+            progress.done(ready)
+            return time.monotonic() - t0
+        waited = time.monotonic() - t0
+        if waited > timeout:
+            return None
+        progress.update(status(waited))
+        time.sleep(poll)
+
+
 class VLLMServerProcess:
     """A vLLM server we started. Remembers its PID; stop() signals only its own process tree."""
 
@@ -193,27 +212,24 @@ class VLLMServerProcess:
         """Block until `healthy()` is true; returns seconds waited. Raises ServerStartError if the server
         exits or the timeout passes (the server is then stopped)."""
         assert self.proc is not None
-        progress = progress or Progress(f"starting vLLM on {self.spec.base_url}")
-        t0 = time.monotonic()
-        while True:
+
+        def alive() -> None:
             code = self.proc.poll()
             if code is not None:
                 raise ServerStartError(
                     f"the vLLM server exited with code {code} during startup. Last output:\n{self.log_tail()}"
                 )
-            if healthy():
-                waited = time.monotonic() - t0
-                progress.done(f"ready (pid {self.pid})")
-                return waited
-            waited = time.monotonic() - t0
-            if waited > timeout:
-                self.stop()
-                raise ServerStartError(
-                    f"the vLLM server did not become healthy within {timeout:.0f} s (grpo.server_timeout). "
-                    f"Last output:\n{self.log_tail()}"
-                )
-            progress.update("loading model" if waited < 20 else "loading model / warming up")
-            time.sleep(0.5)
+
+        waited = wait_until(healthy, timeout, progress or Progress(f"starting vLLM on {self.spec.base_url}"),
+                            lambda t: "loading model" if t < 20 else "loading model / warming up",
+                            ready=f"ready (pid {self.pid})", check=alive)
+        if waited is None:
+            self.stop()
+            raise ServerStartError(
+                f"the vLLM server did not become healthy within {timeout:.0f} s (grpo.server_timeout). "
+                f"Last output:\n{self.log_tail()}"
+            )
+        return waited
 
     def _tree(self) -> list[psutil.Process]:
         if self.proc is None:

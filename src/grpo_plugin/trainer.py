@@ -25,11 +25,11 @@ import torch
 from axolotl.core.trainers.grpo.trainer import AxolotlAsyncGRPOTrainer
 from transformers import TrainerCallback
 
-from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, current_settings
+from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, current_settings, loaded_cfg
 from grpo_plugin.client import VLLMServerClient
 from grpo_plugin.metrics import MetricsWriter, listening_pid, rss_mb, summarize
 from grpo_plugin.producers.local import LocalRolloutProducer
-from grpo_plugin.server import Progress
+from grpo_plugin.server import Progress, wait_until
 from grpo_plugin.sync import ProbeVerifier, SyncResult, build_weight_sync
 
 
@@ -53,12 +53,6 @@ def _without_trl_server_client():
         VLLMGeneration._init_vllm = orig
 
 
-def _loaded_cfg() -> dict:
-    from axolotl.integrations.base import PluginManager
-
-    return PluginManager.get_instance().cfg or {}
-
-
 def server_base_url(args) -> str:
     if getattr(args, "vllm_server_base_url", None):
         return args.vllm_server_base_url
@@ -76,18 +70,15 @@ def wait_for_server(client: VLLMServerClient, timeout: float) -> None:
         return
     if client.healthy():
         return
-    progress = Progress(f"waiting for the vLLM server at {client.base_url}")
-    t0 = time.monotonic()
-    while not client.healthy():
-        if time.monotonic() - t0 > timeout:
-            raise ConnectionError(
-                f"No vLLM server answered at {client.base_url}/health within {timeout:.0f} s. Start it with "
-                "`axolotl vllm-serve <config.yaml>` in another terminal, or set `grpo.managed_server: true` "
-                "so `axolotl train` starts it."
-            )
-        progress.update("not up yet — start it with `axolotl vllm-serve <config.yaml>`")
-        time.sleep(1.0)
-    progress.done("connected")
+    waited = wait_until(client.healthy, timeout, Progress(f"waiting for the vLLM server at {client.base_url}"),
+                        lambda _: "not up yet — start it with `axolotl vllm-serve <config.yaml>`",
+                        ready="connected", poll=1.0)
+    if waited is None:
+        raise ConnectionError(
+            f"No vLLM server answered at {client.base_url}/health within {timeout:.0f} s. Start it with "
+            "`axolotl vllm-serve <config.yaml>` in another terminal, or set `grpo.managed_server: true` "
+            "so `axolotl train` starts it."
+        )
 
 
 class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
@@ -113,11 +104,14 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         wait_for_server(self.vllm_server, self.grpo.server_timeout)
         self.weight_sync.prepare(self)
         probe_ids = tok(self.grpo.probe_text, add_special_tokens=False)["input_ids"]
-        dtype = str(next(self.accelerator.unwrap_model(self.model).parameters()).dtype).replace("torch.", "")
-        self.verify_tolerance = self.grpo.verify_tolerance or DEFAULT_TOLERANCE.get(dtype, 1e-4)
-        max_len = getattr(self.accelerator.unwrap_model(self.model).config, "max_position_embeddings", None)
-        server_len = ((_loaded_cfg().get("vllm") or {}).get("max_model_len"))
-        max_len = min(x for x in (max_len, server_len, 10**9) if x)
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        dtype = next(unwrapped.get_input_embeddings().parameters()).dtype
+        self._scores_in_fp32 = dtype == torch.float32
+        default_tol = DEFAULT_TOLERANCE.get(str(dtype).removeprefix("torch."), 1e-4)
+        self.verify_tolerance = self.grpo.verify_tolerance or default_tol
+        lengths = [x for x in (getattr(unwrapped.config, "max_position_embeddings", None),
+                               (loaded_cfg().get("vllm") or {}).get("max_model_len")) if x]
+        max_len = min(lengths) if lengths else None
         self.verifier = ProbeVerifier(self.vllm_server, probe_ids, self.verify_tolerance, self.weight_sync.mode,
                                       max_len=max_len)
         self.metrics_writer = (
@@ -195,13 +189,6 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             self, model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
             compute_entropy=compute_entropy, **kwargs)
         return logps, entropies
-
-    @property
-    def _scores_in_fp32(self) -> bool:
-        if not hasattr(self, "_fp32_cache"):
-            p = next(self.accelerator.unwrap_model(self.model).get_input_embeddings().parameters())
-            self._fp32_cache = p.dtype == torch.float32
-        return self._fp32_cache
 
     # ---- metrics taps --------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -292,7 +279,7 @@ class _StepMetricsCallback(TrainerCallback):
         if tr.metrics_writer is not None:
             summary = summarize(
                 tr.metrics_writer.records, mode=tr.weight_sync.mode,
-                model=str(_loaded_cfg().get("base_model") or getattr(tr.model, "name_or_path", "")),
+                model=str(loaded_cfg().get("base_model") or getattr(tr.model, "name_or_path", "")),
                 tolerance=tr.verify_tolerance if tr.grpo.verify_sync else None,
                 server_peak_rss_mb=round(self._server_peak, 1) if self._server_peak else None,
                 extra={"sync_interval": tr.grpo.sync_interval},

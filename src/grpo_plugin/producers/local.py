@@ -66,11 +66,10 @@ class LocalRolloutProducer(GRPODataProducer):
         sampling_lps = [c.logprobs for c in completions_flat]
 
         tok = trainer.processing_class
-        stop_ids = [t for t in {tok.eos_token_id, tok.pad_token_id} if t is not None]
         tensors = rollout_tensors(
             prompt_ids, completion_ids, sampling_lps,
-            pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-            stop_token_ids=stop_ids,
+            pad_token_id=trainer.pad_token_id,
+            stop_token_ids=[t for t in {trainer.eos_token_id, trainer.pad_token_id} if t is not None],
             mask_truncated=bool(trainer.mask_truncated_completions),
             device=trainer.accelerator.device,
         )

@@ -9,18 +9,13 @@ from __future__ import annotations
 import signal
 import sys
 
+from grpo_plugin.args import loaded_cfg
 from grpo_plugin.client import VLLMServerClient
 from grpo_plugin.server import Progress, ServerStartError, VLLMServerProcess, spec_from_cfg
 
 
-def _cfg():
-    from axolotl.integrations.base import PluginManager
-
-    return PluginManager.get_instance().cfg or {}
-
-
 def main(script_args) -> None:
-    cfg = _cfg()
+    cfg = loaded_cfg()
     overrides = {k: getattr(script_args, k, None) for k in (
         "model", "host", "port", "dtype", "max_model_len", "gpu_memory_utilization",
         "tensor_parallel_size", "enable_prefix_caching")}
