@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SYNC_MODES = ("ipc", "lora_sync", "restart")
-AVAILABLE_SYNC_MODES = ("lora_sync",)
+AVAILABLE_SYNC_MODES = ("lora_sync", "restart")
 
 # Tolerance of the post-sync probe: mean |logprob_vLLM - logprob_trainer| over the probe tokens.
 DEFAULT_TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 1e-2}
@@ -30,6 +30,11 @@ class GRPOSettings(BaseModel):
     )
     sync_interval: int = Field(
         default=1, ge=1, description="Push weights to the server every N optimizer steps."
+    )
+    restart_strategy: Literal["reload", "process"] | None = Field(
+        default=None,
+        description="sync: restart only. reload (default): vLLM reloads the written weights in place; "
+        "process: the managed server is restarted on them (needs managed_server: true).",
     )
     verify_sync: bool = Field(
         default=True,
@@ -93,9 +98,27 @@ class GRPOSettings(BaseModel):
             raise ValueError(
                 f"grpo.sync: {value!r} is not available yet in this version of grpo_plugin "
                 f"(available: {', '.join(AVAILABLE_SYNC_MODES)}). Use `grpo.sync: lora_sync` with "
-                "`adapter: lora`; there is no silent fallback to another mode."
+                "`adapter: lora`, or `grpo.sync: restart` for full fine-tuning; there is no silent fallback "
+                "to another mode."
             )
         return value
+
+    @model_validator(mode="after")
+    def _strategy(self) -> GRPOSettings:
+        if self.restart_strategy is not None and self.sync != "restart":
+            raise ValueError(
+                f"grpo.restart_strategy only applies to `grpo.sync: restart` (sync is {self.sync!r}). "
+                "Remove grpo.restart_strategy."
+            )
+        if self.sync == "restart" and self.restart_strategy is None:
+            self.restart_strategy = "reload"
+        if self.restart_strategy == "process" and not self.managed_server:
+            raise ValueError(
+                "grpo.restart_strategy: process restarts the vLLM server on every sync, and the trainer only "
+                "restarts a server it started itself. Set `grpo.managed_server: true`, or use "
+                "`grpo.restart_strategy: reload` (the default) with a server started by `axolotl vllm-serve`."
+            )
+        return self
 
 
 def _get(data: Any, key: str) -> Any:
@@ -118,6 +141,11 @@ def check_cross_keys(data: dict) -> None:
             "grpo.sync: lora_sync trains a LoRA adapter and hot-swaps it into vLLM, but `adapter:` is "
             f"{data.get('adapter')!r}. Fix: add `adapter: lora` (with lora_r, lora_alpha, "
             "lora_target_modules), or choose another grpo.sync mode."
+        )
+    if sync == "restart" and data.get("adapter"):
+        raise ValueError(
+            f"grpo.sync: restart syncs full weights for full fine-tuning, but `adapter: {data.get('adapter')}` "
+            "is set. Fix: use `grpo.sync: lora_sync` to train and hot-swap the adapter, or remove `adapter:`."
         )
     trl = data.get("trl") or {}
     if isinstance(trl, dict):

@@ -2,7 +2,8 @@
 
 Only vLLM's own endpoints are used: `/health`, `/v1/models`, `/v1/completions` (token-id prompts, sampled
 token ids + logprobs, prompt logprobs for the sync probe), `/v1/load_lora_adapter` (runtime LoRA,
-`load_inplace`), `/reset_prefix_cache` (dev mode). Every unexpected reply raises `ServerError` naming the
+`load_inplace`), `/reset_prefix_cache` and `/collective_rpc` (dev mode; the worker extension's reload).
+Every unexpected reply raises `ServerError` naming the
 endpoint, the HTTP status and the server's message.
 """
 
@@ -64,13 +65,26 @@ class VLLMServerClient:
             return False
 
     def models(self) -> list[str]:
+        return [m["id"] for m in self._models()]
+
+    def _models(self) -> list[dict]:
         try:
             resp = self.session.get(f"{self.base_url}/v1/models", timeout=30)
         except requests.RequestException as exc:
             raise ServerError(f"GET /v1/models at {self.base_url} failed: {exc}") from exc
         if resp.status_code != 200:
             raise ServerError(f"GET /v1/models -> HTTP {resp.status_code}: {resp.text[:300]}")
-        return [m["id"] for m in self._json(resp, "/v1/models").get("data", [])]
+        data = self._json(resp, "/v1/models").get("data")
+        if not isinstance(data, list):
+            raise ServerError(f"GET /v1/models returned no model list: {resp.text[:300]}")
+        return data
+
+    def base_model(self) -> str:
+        """The name the server serves its base model under (the entry that is not a LoRA adapter)."""
+        for m in self._models():
+            if m.get("parent") is None:
+                return m["id"]
+        raise ServerError(f"the vLLM server at {self.base_url} lists no base model in /v1/models")
 
     # -- generation -----------------------------------------------------------------------------
     def generate(
@@ -168,3 +182,34 @@ class VLLMServerClient:
 
     def reset_prefix_cache(self) -> None:
         self._post("/reset_prefix_cache", {})
+
+    def server_info(self) -> dict:
+        """vLLM's dev-mode `/server_info` (the engine's config as JSON)."""
+        try:
+            resp = self.session.get(f"{self.base_url}/server_info", params={"config_format": "json"}, timeout=60)
+        except requests.RequestException as exc:
+            raise ServerError(f"GET /server_info at {self.base_url} failed: {exc}") from exc
+        if resp.status_code != 200:
+            raise ServerError(f"GET /server_info -> HTTP {resp.status_code}: {resp.text[:300]}")
+        return self._json(resp, "/server_info")
+
+    def worker_extension(self) -> str | None:
+        """The `--worker-extension-cls` the server's workers were started with (None if none)."""
+        config = self.server_info().get("vllm_config")
+        if not isinstance(config, dict):
+            raise ServerError("/server_info has no vllm_config")
+        return (config.get("parallel_config") or {}).get("worker_extension_cls") or None
+
+    def collective_rpc(self, method: str, kwargs: dict[str, Any] | None = None,
+                       timeout: float | None = None) -> list[Any]:
+        """Call `method` on every vLLM worker (dev mode `/collective_rpc`); one result per worker."""
+        payload: dict[str, Any] = {"method": method, "kwargs": kwargs or {}}
+        if timeout is not None:
+            payload["timeout"] = timeout
+        resp = self._post("/collective_rpc", payload, timeout=timeout)
+        if not resp.content:
+            return []
+        results = self._json(resp, "/collective_rpc").get("results")
+        if not isinstance(results, list):
+            raise ServerError(f"/collective_rpc {method} returned no results: {resp.text[:300]}")
+        return results

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
 import signal
 import socket
@@ -20,6 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+# Loaded into every vLLM worker: the in-place reload of `grpo.sync: restart` (called via /collective_rpc).
+WORKER_EXTENSION = "grpo_plugin.serve.worker_ext.GRPOWorkerExtension"
 
 # Ranks vLLM accepts for --max-lora-rank.
 _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -65,6 +69,9 @@ class ServerSpec:
     max_lora_rank: int = 16
     max_loras: int = 2
     cpu_kv_cache_gb: int = 1
+    served_model_name: str | None = None  # name requests use; default: `model` (vLLM's default)
+    tokenizer: str | None = None  # default: `model`
+    worker_extension_cls: str | None = WORKER_EXTENSION
     extra_args: list[str] = field(default_factory=list)
 
     @property
@@ -79,6 +86,12 @@ class ServerSpec:
                # sampled-token logprobs after temperature, as TRL scores them (logits / temperature); vLLM's
                # default (raw) would bias the importance-sampling ratio at any temperature other than 1
                "--logprobs-mode", "processed_logprobs"]
+        if self.served_model_name:
+            cmd += ["--served-model-name", self.served_model_name]
+        if self.tokenizer:
+            cmd += ["--tokenizer", self.tokenizer]
+        if self.worker_extension_cls:
+            cmd += ["--worker-extension-cls", self.worker_extension_cls]
         if self.dtype:
             cmd += ["--dtype", self.dtype]
         if self.max_model_len:
@@ -101,7 +114,7 @@ class ServerSpec:
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ if base is None else base)
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # /v1/load_lora_adapter
-        env["VLLM_SERVER_DEV_MODE"] = "1"  # /reset_prefix_cache
+        env["VLLM_SERVER_DEV_MODE"] = "1"  # /reset_prefix_cache, /collective_rpc
         if not cuda_available():
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cpu_kv_cache_gb))
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -201,6 +214,14 @@ class VLLMServerProcess:
             start_new_session=True,  # own process group: Ctrl-C in the terminal is ours to forward
             preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - the server dies with its parent even on SIGKILL
         )
+
+    def restart(self, **spec_changes) -> None:
+        """Stop our process tree, then start again with the spec changed (e.g. `model=` a new checkpoint).
+        Raises PortInUseError if another program took the port in between (nothing is killed)."""
+        self.stop()
+        self.proc = None
+        self.spec = dataclasses.replace(self.spec, **spec_changes)
+        self.start()
 
     def log_tail(self, n: int = 40) -> str:
         if not self.log_path or not self.log_path.exists():

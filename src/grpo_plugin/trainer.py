@@ -158,13 +158,26 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             return
         result = None
         if self.accelerator.is_main_process:  # one push per sync, whatever the number of ranks
-            result = self.weight_sync.push(step)
-            if self.grpo.verify_sync:
-                model = self.accelerator.unwrap_model(self.model)
-                self.verifier.verify(model, self.weight_sync.generation_model, result)
+            model = self.accelerator.unwrap_model(self.model)
+            if last is None and not self.weight_sync.needs_initial_push:
+                result = self._initial_check(model, step)
+            if result is None:
+                result = self.weight_sync.push(step)
+                if self.grpo.verify_sync:
+                    self.verifier.verify(model, self.weight_sync.generation_model, result)
         self.accelerator.wait_for_everyone()  # no rank generates before the push is done and verified
         self._synced_version = step
         self._pending_sync = result
+
+    def _initial_check(self, model, step: int) -> SyncResult | None:
+        """The server started on the trainer's initial weights: verify instead of pushing. None (push) if the
+        probe disagrees, e.g. because the model was changed at load."""
+        t0 = time.perf_counter()
+        mean, mx = self.verifier.measure(model, self.weight_sync.generation_model)
+        if mean > self.verify_tolerance:
+            return None
+        return SyncResult(step=step, sync_ms=0.0, verify_ms=(time.perf_counter() - t0) * 1e3,
+                          logprob_diff=mean, logprob_diff_max=mx)
 
     def close_sync(self) -> None:
         if not self._closed:

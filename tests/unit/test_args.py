@@ -51,6 +51,18 @@ def test_good_config_is_wired(base_cfg, tmp_path):
     assert cfg.vllm.serve_module == "grpo_plugin.serve"
 
 
+@pytest.mark.parametrize("strategy", [None, "reload", "process"])
+def test_restart_config_is_wired(base_cfg, tmp_path, strategy):
+    for key in ("adapter", "lora_r", "lora_alpha", "lora_target_modules"):
+        base_cfg.pop(key)
+    base_cfg["grpo"] = {"sync": "restart", "managed_server": True}
+    if strategy:
+        base_cfg["grpo"]["restart_strategy"] = strategy
+    cfg = load(base_cfg, tmp_path)
+    assert cfg.grpo["sync"] == "restart"
+    assert cfg.grpo["restart_strategy"] == (strategy or "reload")
+
+
 def test_empty_grpo_block_gets_defaults(base_cfg, tmp_path):
     base_cfg.pop("grpo")
     cfg = load(base_cfg, tmp_path)
@@ -62,7 +74,12 @@ def test_empty_grpo_block_gets_defaults(base_cfg, tmp_path):
     [
         (lambda c: c["grpo"].update(sync_intervall=2), "did you mean grpo.sync_interval"),
         (lambda c: c["grpo"].update(sync="ipc"), "'ipc' is not available yet"),
-        (lambda c: c["grpo"].update(sync="restart"), "'restart' is not available yet"),
+        (lambda c: c["grpo"].update(sync="restart"), "remove `adapter:`"),
+        (lambda c: c["grpo"].update(restart_strategy="reload"), "only applies to `grpo.sync: restart`"),
+        (lambda c: (c.pop("adapter"), c["grpo"].update(sync="restart", restart_strategy="process")),
+         "Set `grpo.managed_server: true`"),
+        (lambda c: (c.pop("adapter"), c["grpo"].update(sync="restart", restart_strategy="kill")),
+         "'reload' or 'process'"),
         (lambda c: c["grpo"].update(sync="nccl"), "'ipc', 'lora_sync' or 'restart'"),
         (lambda c: c.pop("adapter"), "add `adapter: lora`"),
         (lambda c: c["grpo"].update(sync_interval=0), "sync_interval"),

@@ -10,6 +10,11 @@ def build_weight_sync(settings, client) -> WeightSync:
         from grpo_plugin.sync.lora import LoraSync
 
         return LoraSync(client, adapter_name=settings.adapter_name, sync_dir=settings.sync_dir)
+    if settings.sync == "restart":
+        from grpo_plugin.sync.restart import RestartSync
+
+        return RestartSync(client, strategy=settings.restart_strategy, sync_dir=settings.sync_dir,
+                           rpc_timeout=settings.request_timeout, start_timeout=settings.server_timeout)
     raise ValueError(f"grpo.sync: {settings.sync!r} is not available yet")
 
 

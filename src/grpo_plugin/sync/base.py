@@ -28,6 +28,9 @@ class SyncResult:
 
 class WeightSync(Protocol):
     mode: str
+    # False when the server is known to start on the trainer's initial weights: the first sync is then only
+    # verified, and pushed only if the probe disagrees.
+    needs_initial_push: bool
 
     @property
     def generation_model(self) -> str: ...

@@ -9,18 +9,12 @@ reset so no KV computed with the old adapter is reused. The next generation uses
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from grpo_plugin.sync.base import SyncResult
-
-
-def default_sync_root() -> Path:
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+from grpo_plugin.sync.storage import SyncDir
 
 
 class LoraSync:
@@ -29,14 +23,15 @@ class LoraSync:
     def __init__(self, client, *, adapter_name: str, sync_dir: str | None = None):
         self.client = client
         self.adapter_name = adapter_name
-        root = Path(sync_dir) if sync_dir else default_sync_root()
-        root.mkdir(parents=True, exist_ok=True)
-        self._dir = Path(tempfile.mkdtemp(prefix="grpo_plugin-lora-", dir=root))
+        self.storage = SyncDir("lora", sync_dir)
+        self._dir = self.storage.path
         self._model = None
         self._tensors = None
         # a second client (own HTTP session) so the cache reset can run beside the adapter load
         self._reset_client = type(client)(client.base_url, timeout=client.timeout)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-lora-sync")
+
+    needs_initial_push = True  # the adapter must exist on the server before the first rollout
 
     @property
     def generation_model(self) -> str:
@@ -96,4 +91,4 @@ class LoraSync:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self.storage.close()

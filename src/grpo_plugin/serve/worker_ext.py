@@ -1,0 +1,47 @@
+"""Worker extension loaded into every vLLM worker (`--worker-extension-cls`), called through vLLM's dev-mode
+`/collective_rpc`. Keep imports light: this module is imported inside vLLM's worker processes.
+
+`grpo_reload_weights(weights_path)` — the `restart` mode's in-place reload:
+1. vLLM's own `reload_weights` (layer-wise reload: every layer whose weights are in the checkpoint is
+   re-materialised and re-processed, which on vLLM-CPU re-packs its GEMM weights);
+2. every derived copy that step leaves stale is refreshed: a layer that loads no weights of its own keeps its
+   old processed state. The tied `lm_head` is such a layer (its weight is the embedding's, which the
+   checkpoint names only once): on vLLM-CPU its prepacked GEMM copy would keep serving the old logits. Every
+   vocab embedding / LM head is re-processed by its own quant method after the reload;
+3. the worker's model config is pointed back at the model it was started with (reload_weights re-targets it at
+   `weights_path`, a temporary directory the trainer removes at the end).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+class GRPOWorkerExtension:
+    def grpo_reload_weights(self, weights_path: str) -> dict:
+        from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+        # Checked before vLLM's reload starts: a reload that fails half-way leaves layers unmaterialised.
+        if not os.path.isdir(weights_path) or not any(f.endswith(".safetensors") for f in os.listdir(weights_path)):
+            raise FileNotFoundError(f"grpo_reload_weights: no weights (*.safetensors) in {weights_path}")
+        t0 = time.perf_counter()
+        model_config = self.model_runner.model_config
+        original = (model_config.model, getattr(model_config, "model_weights", None),
+                    getattr(model_config, "revision", None))
+        try:
+            self.reload_weights(weights_path=weights_path, is_checkpoint_format=True)
+        finally:
+            model_config.model = original[0]
+            if original[1] is not None:
+                model_config.model_weights = original[1]
+            model_config.revision = original[2]
+        t1 = time.perf_counter()
+        refreshed = []
+        for name, module in self.model_runner.get_model().named_modules():
+            method = getattr(module, "quant_method", None)
+            if isinstance(module, VocabParallelEmbedding) and method is not None:
+                method.process_weights_after_loading(module)
+                refreshed.append(name)
+        t2 = time.perf_counter()
+        return {"reload_ms": (t1 - t0) * 1e3, "refresh_ms": (t2 - t1) * 1e3, "refreshed": refreshed}

@@ -1,0 +1,237 @@
+"""`grpo.sync: restart` — full fine-tuning; the trainer writes the weights as a checkpoint and vLLM loads it.
+
+Per push the trainer writes every weight (deduplicated: a tied lm_head is written once, as the embedding) as
+one safetensors file into its private sync directory (sync/storage.py: /dev/shm by default; the previous
+file is replaced, so the directory never holds more than one copy). Then one of two strategies
+(`grpo.restart_strategy`) makes the server serve it:
+
+- `reload` (default): vLLM reloads the file in place through our worker extension
+  (serve/worker_ext.py: vLLM's own `reload_weights`, then the derived copies it leaves stale — on vLLM-CPU the
+  prepacked GEMM of a tied lm_head — are rebuilt), and the prefix cache is reset. Tens of milliseconds.
+- `process`: the managed server (the one `axolotl train` started; only its own process tree) is stopped and
+  started again on the sync directory, under the same served name, port and tokenizer. Tens of seconds; for
+  models or backends where an in-place reload cannot be used.
+
+Every push is then verified by the trainer's post-sync probe like any other mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from grpo_plugin.client import ServerError
+from grpo_plugin.sync.base import SyncResult
+from grpo_plugin.sync.storage import SyncDir
+
+LOG = logging.getLogger("grpo_plugin")
+
+WEIGHTS_FILE = "model.safetensors"
+RELOAD_METHOD = "grpo_reload_weights"
+STRATEGIES = ("reload", "process")
+
+
+class SyncError(RuntimeError):
+    """A push could not be completed (the server refused, or cannot do what the strategy needs)."""
+
+
+def checkpoint_tensors(model) -> dict:
+    """The model's state dict in checkpoint naming, one entry per storage: tied weights (e.g. lm_head =
+    embed_tokens) appear once, under the first name (the one HF checkpoints keep). Tensors are the live ones."""
+    out, seen = {}, set()
+    for name, t in model.state_dict(keep_vars=True).items():
+        key = (t.device, t.data_ptr(), t.dtype, tuple(t.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        out[name] = t.detach()
+    return out
+
+
+class _Reload:
+    """In place: vLLM's reload_weights via the worker extension + derived-copy refresh, then a prefix-cache
+    reset (concurrently: the trainer sends no generation request while a push runs)."""
+
+    needs_initial_push = True
+
+    def check_server(self) -> None:
+        """The extension must be there BEFORE the first call: on vLLM 0.32 a collective_rpc of a method the
+        workers lack kills the engine (EngineDeadError) instead of answering an error."""
+        from grpo_plugin.server import WORKER_EXTENSION
+
+        try:
+            ext = self.client.worker_extension()
+        except ServerError as exc:
+            raise SyncError(_explain_rpc_failure(str(exc))) from exc
+        if ext != WORKER_EXTENSION:
+            raise SyncError(
+                f"grpo.sync=restart (reload): the vLLM server at {self.client.base_url} was started with "
+                f"worker extension {ext!r}, not {WORKER_EXTENSION!r}, so it cannot reload weights in place. "
+                "Start it with `axolotl vllm-serve <config.yaml>` (grpo_plugin's serve module adds it) or "
+                "`grpo.managed_server: true`."
+            )
+
+    def __init__(self, client, timeout: float):
+        self.client, self.timeout = client, timeout
+        self._reset_client = type(client)(client.base_url, timeout=client.timeout)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-restart-sync")
+
+    def apply(self, weights_dir: str) -> dict:
+        reset = self._pool.submit(self._reset_client.reset_prefix_cache)
+        try:
+            results = self.client.collective_rpc(RELOAD_METHOD, {"weights_path": weights_dir},
+                                                 timeout=self.timeout)
+        except ServerError as exc:
+            raise SyncError(_explain_rpc_failure(str(exc))) from exc
+        finally:
+            reset.result()
+        if not results or not all(isinstance(r, dict) for r in results):
+            raise SyncError(f"grpo.sync=restart (reload): the server's workers answered {results!r} to "
+                            f"{RELOAD_METHOD}; expected one report per worker")
+        return {"workers": len(results), "reload_ms": max(r.get("reload_ms", 0.0) for r in results)}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _explain_rpc_failure(msg: str) -> str:
+    if "HTTP 404" in msg:
+        hint = ("the server has no dev-mode routes (/server_info, /collective_rpc): it was started without "
+                "VLLM_SERVER_DEV_MODE=1. Start it with `axolotl vllm-serve <config.yaml>` (the grpo_plugin serve "
+                "module sets it) or `grpo.managed_server: true`.")
+    else:
+        hint = "the in-place reload failed on the server (see the server log for its traceback)."
+    return f"grpo.sync=restart (reload): {hint} Server reply: {msg}"
+
+
+class _ProcessRestart:
+    """Stop the managed server (its own process tree only), start it on the sync directory, wait for health."""
+
+    # The managed server was started on the trainer's initial weights: at step 0 the probe decides whether a
+    # restart is needed at all (it saves one full restart per run).
+    needs_initial_push = False
+
+    def __init__(self, server: Callable[[], object], timeout: float):
+        self._server, self.timeout = server, timeout
+
+    def apply(self, weights_dir: str) -> dict:
+        from grpo_plugin.client import VLLMServerClient
+        from grpo_plugin.server import Progress, ServerStartError
+
+        server = self._server()
+        if server is None:
+            raise SyncError("grpo.sync=restart with restart_strategy=process needs the server the trainer "
+                            "manages (`grpo.managed_server: true`); no managed server is running.")
+        spec = server.spec
+        served = spec.served_model_name or spec.model
+        tokenizer = spec.tokenizer or spec.model
+        try:
+            server.restart(model=weights_dir, served_model_name=served, tokenizer=tokenizer)
+        except ServerStartError as exc:
+            raise SyncError(f"grpo.sync=restart (process): the server (pid tree we started) was stopped for "
+                            f"the restart, but it could not be started again: {exc}") from exc
+        client = VLLMServerClient(spec.base_url)
+        try:
+            waited = server.wait_healthy(self.timeout, client.healthy,
+                                         Progress(f"restarting vLLM on new weights ({spec.base_url})"))
+        except ServerStartError as exc:
+            raise SyncError(f"grpo.sync=restart (process): the restarted server did not come up: {exc}") from exc
+        return {"pid": server.pid, "start_s": waited}
+
+    def check_server(self) -> None:
+        pass  # the managed server is ours: started with what the strategy needs
+
+    def close(self) -> None:
+        pass
+
+
+class RestartSync:
+    mode = "restart"
+
+    def __init__(self, client, *, strategy: str = "reload", sync_dir: str | None = None,
+                 server: Callable[[], object] | None = None, rpc_timeout: float = 300.0,
+                 start_timeout: float = 600.0):
+        if strategy not in STRATEGIES:
+            raise ValueError(f"grpo.restart_strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
+        self.client = client
+        self.strategy_name = strategy
+        if strategy == "reload":
+            self.strategy = _Reload(client, rpc_timeout)
+        else:
+            if server is None:
+                from grpo_plugin import managed
+
+                server = managed.current
+            self.strategy = _ProcessRestart(server, start_timeout)
+        self.storage = SyncDir("restart", sync_dir)
+        self._model = None
+        self._served: str | None = None
+        self.last_report: dict = {}
+
+    @property
+    def needs_initial_push(self) -> bool:
+        return self.strategy.needs_initial_push
+
+    @property
+    def generation_model(self) -> str:
+        if self._served is None:
+            self._served = self.client.base_model()
+        return self._served
+
+    @property
+    def weights_dir(self):
+        return self.storage.path
+
+    def prepare(self, trainer) -> None:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if hasattr(model, "peft_config"):
+            raise ValueError("grpo.sync=restart syncs full weights, but the trainer's model has a LoRA adapter. "
+                             "Use `grpo.sync: lora_sync` for adapters, or remove `adapter:`.")
+        self._model = model
+        _ = self.generation_model  # fail early if the server serves nothing
+        self.strategy.check_server()
+        if self.strategy_name == "process":
+            self._write_config(model)
+
+    def _write_config(self, model) -> None:
+        """The process strategy starts vLLM on the sync directory: it needs the model's config files too
+        (the original ones, as the server first loaded them; the tokenizer stays where it was)."""
+        from transformers import AutoConfig, GenerationConfig
+
+        server = self.strategy._server()
+        source = (server.spec.tokenizer or server.spec.model) if server is not None else None
+        config = AutoConfig.from_pretrained(source) if source else model.config
+        config.save_pretrained(str(self.storage.path))
+        try:
+            gen = GenerationConfig.from_pretrained(source) if source else model.generation_config
+        except OSError:  # the model has none
+            gen = None
+        if gen is not None:
+            gen.save_pretrained(str(self.storage.path))
+
+    def _write_weights(self) -> None:
+        from safetensors.torch import save_file
+
+        tensors = checkpoint_tensors(self._model)
+        target = self.storage.path / WEIGHTS_FILE
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        self.storage.ensure_space(nbytes + (1 << 20), "writing the weights for grpo.sync=restart",
+                                  replaces=target)
+        # Replace, never accumulate: the old file goes first, so the directory holds at most one copy.
+        target.unlink(missing_ok=True)
+        save_file({k: (v if v.device.type == "cpu" else v.cpu()).contiguous() for k, v in tensors.items()},
+                  str(target), metadata={"format": "pt"})
+
+    def push(self, step: int) -> SyncResult:
+        t0 = time.perf_counter()
+        self._write_weights()
+        t1 = time.perf_counter()
+        report = self.strategy.apply(str(self.storage.path))
+        self.last_report = {"write_ms": (t1 - t0) * 1e3, **report}
+        return SyncResult(step=step, sync_ms=(time.perf_counter() - t0) * 1e3)
+
+    def close(self) -> None:
+        self.strategy.close()
+        self.storage.close()

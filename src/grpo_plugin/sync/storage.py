@@ -1,0 +1,76 @@
+"""Where synced weights live: one bounded, private directory per run, never left behind.
+
+- The directory is `<root>/grpo_plugin-<mode>-<pid>-<random>`; root is `grpo.sync_dir`, else /dev/shm (RAM,
+  fastest) when writable, else the temp dir. It is separate from the user's `output_dir` checkpoints.
+- It holds only what the server needs for the *current* sync; every write replaces the previous one.
+- `close()` removes it (normal end, Ctrl-C, crash through atexit). After a hard kill (SIGKILL, OOM killer)
+  the next run removes directories whose owning process is gone (`remove_stale`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import psutil
+
+LOG = logging.getLogger("grpo_plugin")
+
+PREFIX = "grpo_plugin-"
+_NAME = re.compile(rf"^{re.escape(PREFIX)}[a-z_]+-(\d+)-")
+
+
+class SyncStorageError(RuntimeError):
+    """The sync directory cannot hold what a sync must write."""
+
+
+def default_sync_root() -> Path:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def remove_stale(root: Path) -> list[Path]:
+    """Remove sync directories left in `root` by runs whose process no longer exists. Returns what was removed.
+    A directory whose owner is alive (another run, maybe another user's) is never touched."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in root.iterdir():
+            m = _NAME.match(entry.name)
+            if not m or not entry.is_dir():
+                continue
+            pid = int(m.group(1))
+            if pid == os.getpid() or psutil.pid_exists(pid):
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+            if not entry.exists():
+                removed.append(entry)
+                LOG.warning("grpo_plugin: removed %s left by an earlier run (pid %d is gone)", entry, pid)
+    return removed
+
+
+class SyncDir:
+    def __init__(self, mode: str, root: str | Path | None = None):
+        self.root = Path(root) if root else default_sync_root()
+        self.root.mkdir(parents=True, exist_ok=True)
+        remove_stale(self.root)
+        self.path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{mode}-{os.getpid()}-", dir=self.root))
+
+    def ensure_space(self, nbytes: int, what: str, replaces: Path | None = None) -> None:
+        """Raise a clear error if writing `nbytes` would not fit (counting the file it replaces as free)."""
+        free = shutil.disk_usage(self.path).free
+        if replaces is not None and replaces.exists():
+            free += replaces.stat().st_size
+        if nbytes > free:
+            raise SyncStorageError(
+                f"{what} needs {nbytes / 2**20:.0f} MiB but only {free / 2**20:.0f} MiB are free in "
+                f"{self.root} (the sync directory). Set `grpo.sync_dir` to a filesystem with more room "
+                "(fast local disk or tmpfs), or free space there."
+            )
+
+    def close(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
