@@ -58,6 +58,8 @@ def summarize(records: Sequence[dict], *, mode: str, model: str, tolerance: floa
     """Medians and totals of the per-step records (pure)."""
     syncs = [r for r in records if r.get("sync_logprob_diff") is not None or r.get("sync_ms")]
     diffs = [r["sync_logprob_diff"] for r in syncs if r.get("sync_logprob_diff") is not None]
+    # a sync that found the server already on the trainer's weights is verified but pushed nothing
+    pushes = [r for r in syncs if r.get("sync_pushed", True)]
     n = len(records)
     k = max(1, n // 5)
     first = [r["reward_mean"] for r in records[:k] if r.get("reward_mean") is not None]
@@ -66,13 +68,14 @@ def summarize(records: Sequence[dict], *, mode: str, model: str, tolerance: floa
         "mode": mode,
         "model": model,
         "steps": n,
-        "num_syncs": len(syncs),
+        "num_syncs": len(pushes),
+        "num_verified_without_push": len(syncs) - len(pushes),
         "all_syncs_verified": bool(syncs) and len(diffs) == len(syncs)
         and (tolerance is None or all(d <= tolerance for d in diffs)),
         "verify_tolerance": tolerance,
         "sync_logprob_diff_max": max(diffs) if diffs else None,
         "sync_logprob_diff_median": _median(diffs),
-        "sync_ms_median": _median(r.get("sync_ms") for r in syncs),
+        "sync_ms_median": _median(r.get("sync_ms") for r in pushes),
         "sync_ms_total": sum(r.get("sync_ms") or 0.0 for r in records),
         "rollout_ms_median": _median(r.get("rollout_ms") for r in records),
         "rollout_ms_total": sum(r.get("rollout_ms") or 0.0 for r in records),

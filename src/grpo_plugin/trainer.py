@@ -177,7 +177,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         if mean > self.verify_tolerance:
             return None
         return SyncResult(step=step, sync_ms=0.0, verify_ms=(time.perf_counter() - t0) * 1e3,
-                          logprob_diff=mean, logprob_diff_max=mx)
+                          logprob_diff=mean, logprob_diff_max=mx, pushed=False)
 
     def close_sync(self) -> None:
         if not self._closed:
@@ -248,6 +248,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             "policy_lag": (step - 1 - self._rollout_version) if self._rollout_version is not None else None,
             "trainer_rss_mb": round(rss_mb(), 1),
             "verify_ms": round(sync.verify_ms, 3) if sync else 0.0,
+            "sync_pushed": bool(sync and sync.pushed),
         }
         self._pending_sync, self._pending_rollout_ms, self._step_losses = None, 0.0, []
         return rec

@@ -28,8 +28,9 @@ def env() -> dict:
     return e
 
 
-def quickstart(tmp_path, tiny_model_dir, tiny_data_file, **changes) -> tuple[Path, dict]:
-    cfg = yaml.safe_load((ROOT / "configs" / "quickstart_lora_sync.yaml").read_text())
+def quickstart(tmp_path, tiny_model_dir, tiny_data_file, config="quickstart_lora_sync.yaml",
+               **changes) -> tuple[Path, dict]:
+    cfg = yaml.safe_load((ROOT / "configs" / config).read_text())
     cfg["base_model"] = str(tiny_model_dir)
     cfg["datasets"][0]["path"] = str(tiny_data_file)
     cfg["dataset_prepared_path"] = str(tmp_path / "prepared")

@@ -72,6 +72,15 @@ def test_summary_flags_unverified_sync():
     assert summarize(recs, mode="lora_sync", model="m", tolerance=1e-4)["all_syncs_verified"] is False
 
 
+def test_summary_counts_a_verified_initial_state_apart_from_pushes():
+    first = {**_rec(1, 0.1, sync_ms=0.0, diff=2e-7), "sync_pushed": False}  # server already on these weights
+    recs = [first, _rec(2, 0.2, sync_ms=30.0), _rec(3, 0.3, sync_ms=0.0, diff=None), _rec(4, 0.4, sync_ms=40.0)]
+    s = summarize(recs, mode="restart", model="m", tolerance=1e-4)
+    assert s["num_syncs"] == 2 and s["num_verified_without_push"] == 1
+    assert s["sync_ms_median"] == 35.0  # the no-push check does not drag the median to 0
+    assert s["all_syncs_verified"] is True
+
+
 def test_writer_refuses_incomplete_record(tmp_path):
     with pytest.raises(KeyError, match="policy_lag"):
         MetricsWriter(tmp_path).write({k: 0 for k in STEP_FIELDS if k != "policy_lag"})

@@ -24,6 +24,7 @@ class SyncResult:
     verify_ms: float = 0.0
     logprob_diff: float | None = None  # mean |Δlogp| of the probe, None when not verified
     logprob_diff_max: float | None = None
+    pushed: bool = True  # False: the server already held these weights; only verified
 
 
 class WeightSync(Protocol):

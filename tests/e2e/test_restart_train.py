@@ -1,0 +1,78 @@
+"""`grpo.sync: restart` through `axolotl train` with a managed server: both strategies, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grpo_plugin.sync.storage import default_sync_root
+from tests.conftest import ROOT
+from tests.e2e.test_axolotl_train import BIN, env, gone, managed_pid, quickstart
+
+pytestmark = pytest.mark.e2e
+
+
+def _sync_dirs() -> set[Path]:
+    return set(default_sync_root().glob("grpo_plugin-restart-*"))
+
+
+def _train(path: Path) -> str:
+    proc = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
+                          capture_output=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+    return log
+
+
+def _records(cfg) -> list[dict]:
+    return [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
+
+
+def test_quickstart_restart_reload_learns_and_verifies_every_sync(tmp_path, tiny_model_dir, tiny_data_file,
+                                                                  cache_env):
+    steps = 30
+    before = _sync_dirs()
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml", max_steps=steps)
+    assert cfg["grpo"]["sync"] == "restart" and "adapter" not in cfg
+    log = _train(path)
+    recs = _records(cfg)
+    assert [r["step"] for r in recs] == list(range(1, steps + 1))
+    assert all(r["sync_mode"] == "restart" and r["sync_pushed"] and r["policy_lag"] == 0 for r in recs)
+    diffs = [r["sync_logprob_diff"] for r in recs]
+    assert all(d is not None and d <= 1e-4 for d in diffs), diffs
+    summary = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+    assert summary["all_syncs_verified"] is True and summary["num_syncs"] == steps
+    assert summary["reward_mean_last_20pct"] > summary["reward_mean_first_20pct"] + 0.2, summary
+    gaps = [float(x) for x in re.findall(r"'sampling/sampling_logp_difference/mean': '([^']+)'", log)]
+    assert len(gaps) == steps and max(gaps) < 1e-4, gaps  # full-weight rollouts score as the trainer does
+    assert gone(managed_pid(log), timeout=5)
+    assert _sync_dirs() <= before, "the run left its sync directory behind"
+
+
+def test_restart_process_strategy_restarts_only_its_own_server(tmp_path, tiny_model_dir, tiny_data_file,
+                                                               cache_env):
+    """sync_interval 2 over 4 steps: at step 0 the server already holds the initial weights (verified, no
+    restart); at step 2 the managed server is restarted on the trained checkpoint and verified."""
+    steps = 4
+    before = _sync_dirs()
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml", max_steps=steps,
+                           grpo={"restart_strategy": "process", "sync_interval": 2})
+    log = _train(path)
+    recs = _records(cfg)
+    assert [r["sync_pushed"] for r in recs] == [False, False, True, False]
+    assert recs[0]["sync_ms"] == 0 and recs[0]["sync_logprob_diff"] <= 1e-4  # initial state verified only
+    assert recs[2]["sync_ms"] > 1000 and recs[2]["sync_logprob_diff"] <= 1e-4  # a real restart, verified
+    first = managed_pid(log)
+    stopped = [int(p) for p in re.findall(r"stopping managed vLLM server pid (\d+)", log)]
+    assert "restarting vLLM on new weights" in log
+    second = stopped[-1]
+    assert second != first, "the server was not restarted"
+    assert gone(first, timeout=5) and gone(second, timeout=5)
+    summary = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+    assert summary["num_syncs"] == 1 and summary["num_verified_without_push"] == 1
+    assert summary["all_syncs_verified"] is True
+    assert _sync_dirs() <= before
