@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Set everything up on a fresh machine and run the CPU demo:
 #   a tiny local Qwen2-style model learns, with GRPO through axolotl, to answer with digits; generation runs on
-#   a real vLLM server that `axolotl train` starts itself, and the trained LoRA adapter is hot-swapped into it
-#   after every step and verified.
+#   a real vLLM server that `axolotl train` starts itself, and the trained weights reach it after every step and
+#   are verified.
+#     ./scripts/demo.sh                 lora_sync: a LoRA adapter, hot-swapped into the server
+#     ./scripts/demo.sh restart         restart: full fine-tuning, the server reloads the weights in place
+# Further arguments go to `axolotl train`.
 set -euo pipefail
+MODE=lora_sync
+case "${1:-}" in
+  lora_sync|restart) MODE="$1"; shift ;;
+esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/install.sh
@@ -15,7 +22,7 @@ if [ ! -f demo/tiny-qwen2/model.safetensors ] || [ ! -f demo/data/digits.jsonl ]
   echo "[demo] building the tiny model, tokenizer and task data in ./demo (local, deterministic)"
   python -m grpo_plugin.tiny --out demo
 fi
-OUT=outputs/quickstart_lora_sync
-echo "[demo] axolotl train configs/quickstart_lora_sync.yaml  (server log: $OUT/vllm_server.log)"
-axolotl train configs/quickstart_lora_sync.yaml "$@"
+OUT="outputs/quickstart_$MODE"
+echo "[demo] axolotl train configs/quickstart_$MODE.yaml  (server log: $OUT/vllm_server.log)"
+axolotl train "configs/quickstart_$MODE.yaml" "$@"
 python -m grpo_plugin.metrics "$OUT"

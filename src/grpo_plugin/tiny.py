@@ -53,6 +53,14 @@ def build_tokenizer(out_dir: str | Path):
     return hf
 
 
+# Shapes by name. "100m": a 104M-parameter random Qwen2 (12 layers, hidden 768, GQA 12/4 heads) for
+# benchmarks that must show how a sync scales with model size.
+MODEL_SIZES = {
+    "tiny": {},
+    "100m": {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "num_kv_heads": 4, "intermediate_size": 3072},
+}
+
+
 def build_model(
     out_dir: str | Path,
     *,
@@ -119,8 +127,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="demo", help="output directory (model in <out>/tiny-qwen2, data in <out>/data)")
     ap.add_argument("--untied", action="store_true", help="untied lm_head (default: tied)")
+    ap.add_argument("--size", choices=sorted(MODEL_SIZES), default="tiny", help="model shape (default: tiny)")
     args = ap.parse_args(argv)
-    model_dir = build_model(Path(args.out) / "tiny-qwen2", tie_word_embeddings=not args.untied)
+    name = "tiny-qwen2" if args.size == "tiny" else f"qwen2-{args.size}"
+    model_dir = build_model(Path(args.out) / name, tie_word_embeddings=not args.untied, **MODEL_SIZES[args.size])
     data = build_digit_task(Path(args.out) / "data" / "digits.jsonl")
     print(f"tiny model: {model_dir}\ntask data:  {data}")
 

@@ -20,6 +20,16 @@ import time
 
 class GRPOWorkerExtension:
     def grpo_reload_weights(self, weights_path: str) -> dict:
+        """Returns a report, or {"error": ...}: an exception escaping a collective_rpc method can kill vLLM
+        0.32's engine (an AttributeError does), so failures are reported, and the trainer raises them."""
+        try:
+            return self._grpo_reload(weights_path)
+        except Exception as exc:  # reported to the caller, never swallowed
+            import traceback
+
+            return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
+
+    def _grpo_reload(self, weights_path: str) -> dict:
         from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
         # Checked before vLLM's reload starts: a reload that fails half-way leaves layers unmaterialised.

@@ -65,7 +65,7 @@ class _Reload:
             ext = self.client.worker_extension()
         except ServerError as exc:
             raise SyncError(_explain_rpc_failure(str(exc))) from exc
-        if ext != WORKER_EXTENSION:
+        if not _extends_ours(ext):
             raise SyncError(
                 f"grpo.sync=restart (reload): the vLLM server at {self.client.base_url} was started with "
                 f"worker extension {ext!r}, not {WORKER_EXTENSION!r}, so it cannot reload weights in place. "
@@ -90,10 +90,37 @@ class _Reload:
         if not results or not all(isinstance(r, dict) for r in results):
             raise SyncError(f"grpo.sync=restart (reload): the server's workers answered {results!r} to "
                             f"{RELOAD_METHOD}; expected one report per worker")
+        failed = [r for r in results if r.get("error")]
+        if failed:
+            raise SyncError(
+                f"grpo.sync=restart (reload): the in-place reload failed in {len(failed)} of {len(results)} vLLM "
+                f"worker(s): {failed[0]['error']}. The server may now hold partly reloaded weights; training "
+                f"stops here. Worker traceback (tail):\n{failed[0].get('traceback', '')}"
+            )
         return {"workers": len(results), "reload_ms": max(r.get("reload_ms", 0.0) for r in results)}
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _extends_ours(qualname: str | None) -> bool:
+    """True if the server's worker extension is ours or a subclass of it (e.g. the benchmark's)."""
+    from grpo_plugin.server import WORKER_EXTENSION
+
+    if qualname == WORKER_EXTENSION:
+        return True
+    if not qualname or "." not in qualname:
+        return False
+    try:
+        import importlib
+
+        from grpo_plugin.serve.worker_ext import GRPOWorkerExtension
+
+        module, _, name = qualname.rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        return isinstance(cls, type) and issubclass(cls, GRPOWorkerExtension)
+    except Exception:  # not importable here: not ours
+        return False
 
 
 def _explain_rpc_failure(msg: str) -> str:
