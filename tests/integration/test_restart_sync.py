@@ -154,7 +154,7 @@ def test_reload_failure_is_a_clear_error_and_the_server_survives(servers, probe_
     sync = RestartSync(client, strategy="reload")
     request.addfinalizer(sync.close)
     sync.prepare(trainer)
-    with pytest.raises(SyncError, match=r"grpo.sync=restart \(reload\).*no weights"):
+    with pytest.raises(SyncError, match=r"grpo.sync=restart \(reload\): the in-place reload failed.*no weights"):
         sync.strategy.apply(str(sync.weights_dir / "missing"))
     verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="restart")
     train_step(trainer.model, seed=5)
