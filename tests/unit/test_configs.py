@@ -1,0 +1,131 @@
+"""Every shipped config loads and validates through axolotl; DeepSpeed configs parse; docs name every recipe.
+
+No GPU and no model hub here: `base_model` is replaced by the local tiny model (the only key changed), and
+DeepSpeed's process-group start-up is skipped as in `axolotl preprocess` (AXOLOTL_IS_PREPROCESS=1), because
+it needs NCCL. Everything else is validated as written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from tests.conftest import ROOT
+
+CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
+RECIPES = sorted((ROOT / "configs" / "gsm8k").glob("*.yaml"))
+DS_CONFIGS = sorted((ROOT / "deepspeed_configs").glob("*.json"))
+
+
+@pytest.fixture
+def load(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("AXOLOTL_IS_PREPROCESS", "1")
+    monkeypatch.chdir(ROOT)  # configs use repo-relative paths (deepspeed_configs/, ./data, ./demo)
+
+    def _load(cfg: dict):
+        from accelerate.state import AcceleratorState
+        from axolotl.cli.config import load_cfg
+
+        cfg = dict(cfg, base_model=str(tiny_model_dir))
+        path = tmp_path / "cfg.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        try:
+            return load_cfg(str(path))
+        finally:  # a DeepSpeed config initialises accelerate's global state; start the next load clean
+            import axolotl.utils.distributed as axolotl_dist
+
+            AcceleratorState._reset_state(reset_partial_state=True)
+            axolotl_dist.distributed_state = None
+
+    return _load
+
+
+def test_the_expected_recipes_exist():
+    names = {p.stem for p in RECIPES}
+    for model in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "llama-3.2-3b"):
+        assert any(n.startswith(model) for n in names), model
+    for mode in ("lora_sync", "restart"):
+        for layout in ("1gpu", "2gpu", "8gpu"):
+            assert any(f"-{mode}-{layout}" in n for n in names), (mode, layout)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT / "configs")))
+def test_config_validates_through_axolotl(path, load):
+    raw = yaml.safe_load(path.read_text())
+    cfg = load(raw)
+    assert cfg.rl == "grpo" and "grpo_plugin.GRPOPlugin" in cfg.plugins
+    assert cfg.trainer_cls == "grpo_plugin.trainer.GRPOPluginTrainer"
+    sync = cfg.grpo["sync"]
+    assert sync in ("lora_sync", "restart")
+    assert (cfg.adapter == "lora") is (sync == "lora_sync")
+    # TRL: the generation batch (micro batch x steps x ranks) must hold whole groups, for any number of ranks
+    assert cfg.micro_batch_size % cfg.trl.num_generations == 0
+    if raw.get("deepspeed"):
+        ds = ROOT / raw["deepspeed"]
+        assert ds.exists() and ds.parent.name == "deepspeed_configs"
+        assert cfg.deepspeed["zero_optimization"]["stage"] in (1, 2)  # the plugin syncs from rank 0's full copy
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_recipe_rewards_and_transform_resolve_as_axolotl_does(path):
+    from axolotl.core.trainers.grpo import GRPOStrategy
+    from axolotl.prompt_strategies.dpo import load as load_dpo
+
+    raw = yaml.safe_load(path.read_text())
+    for fqn in raw["trl"]["reward_funcs"]:
+        fn = GRPOStrategy.get_reward_func(fqn)
+        assert fn(completions=["... #### 4"], answer=["4"], prompts=["p"]) in ([1.0], [0.5])
+    assert len(raw["trl"]["reward_weights"]) == len(raw["trl"]["reward_funcs"])
+    transform, kwargs = load_dpo(raw["datasets"][0]["type"], {"datasets": raw["datasets"]}, dataset_idx=0)
+    out = transform({"question": "2+2?", "answer": "2+2=4\n#### 4"})
+    assert out["answer"] == "4" and out["prompt"][-1]["content"] == "2+2?"
+
+
+@pytest.mark.parametrize("path", DS_CONFIGS, ids=lambda p: p.name)
+def test_deepspeed_config_parses(path):
+    from transformers.integrations.deepspeed import HfDeepSpeedConfig
+
+    conf = json.loads(path.read_text())
+    zero = conf["zero_optimization"]
+    stage = int(path.name[len("zero")])
+    assert zero["stage"] == stage
+    assert ("cpuoffload" in path.name) is ("offload_optimizer" in zero)
+    if "bf16" in path.name:
+        assert conf["bf16"]["enabled"] is True and conf["fp16"]["enabled"] is False
+    ds = HfDeepSpeedConfig(conf)  # what transformers builds from it
+    assert ds.is_zero3() is (stage == 3)
+    assert ds.is_offload() is ("cpuoffload" in path.name)
+
+
+@pytest.mark.parametrize("path", [p for p in DS_CONFIGS if p.name.startswith("zero3")], ids=lambda p: p.name)
+def test_zero3_is_refused_with_the_reason(path, load):
+    raw = yaml.safe_load((ROOT / "configs/gsm8k/qwen2.5-7b-lora_sync-8gpu.yaml").read_text())
+    raw["deepspeed"] = str(path.relative_to(ROOT))
+    with pytest.raises(ValidationError, match=r"DeepSpeed ZeRO-3 .* shards them.*zero2.json"):
+        load(raw)
+
+
+def test_fsdp_is_refused_with_the_reason(load):
+    raw = yaml.safe_load((ROOT / "configs/gsm8k/qwen2.5-1.5b-restart-2gpu.yaml").read_text())
+    raw["fsdp_config"] = {"fsdp_version": 2}
+    with pytest.raises(ValidationError, match=r"FSDP .* not supported yet"):
+        load(raw)
+
+
+def test_docs_name_every_recipe_and_its_launch_commands():
+    gpu = (ROOT / "docs" / "gpu.md").read_text()
+    for path in RECIPES:
+        rel = str(path.relative_to(ROOT))
+        assert rel in gpu, f"docs/gpu.md does not mention {rel}"
+        header = path.read_text().split("\nbase_model:")[0]
+        commands = re.findall(r"axolotl (?:train|vllm-serve) (\S+)", header)
+        assert commands and all(c == rel for c in commands), (rel, commands)
+        layout = path.stem.rsplit("-", 1)[1]
+        if layout == "1gpu":
+            assert "managed_server: true" in path.read_text()
+        else:
+            assert "CUDA_VISIBLE_DEVICES" in header
