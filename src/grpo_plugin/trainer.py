@@ -172,12 +172,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
     def _initial_check(self, model, step: int) -> SyncResult | None:
         """The server started on the trainer's initial weights: verify instead of pushing. None (push) if the
         probe disagrees, e.g. because the model was changed at load."""
-        t0 = time.perf_counter()
-        mean, mx = self.verifier.measure(model, self.weight_sync.generation_model)
-        if mean > self.verify_tolerance:
-            return None
-        return SyncResult(step=step, sync_ms=0.0, verify_ms=(time.perf_counter() - t0) * 1e3,
-                          logprob_diff=mean, logprob_diff_max=mx, pushed=False)
+        result = self.verifier.measure_into(model, self.weight_sync.generation_model,
+                                            SyncResult(step=step, sync_ms=0.0, pushed=False))
+        return result if result.logprob_diff <= self.verify_tolerance else None
 
     def close_sync(self) -> None:
         if not self._closed:

@@ -22,6 +22,7 @@ def peft_trainer(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    torch.manual_seed(0)  # PEFT draws lora_A from the global RNG: the same adapter whatever ran before
     model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
                                                             "gate_proj", "up_proj", "down_proj"]))
@@ -111,7 +112,7 @@ def test_missing_prefix_cache_reset_is_caught(vllm_server, peft_trainer, probe_i
     sync.prepare(peft_trainer)
     verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="lora_sync")
     verifier.verify(peft_trainer.model, sync.generation_model, sync.push(0))  # caches the probe prompt's KV
-    monkeypatch.setattr(sync._reset_client, "reset_prefix_cache", lambda: None)
+    monkeypatch.setattr(sync._reset.client, "reset_prefix_cache", lambda: None)
     perturb_lora(peft_trainer.model, seed=3)
     with pytest.raises(probe.SyncVerificationError, match="did NOT take effect"):
         verifier.verify(peft_trainer.model, sync.generation_model, sync.push(1))

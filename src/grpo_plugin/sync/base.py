@@ -8,6 +8,8 @@ The trainer owns the loop and calls, in order: `prepare(trainer)` once, then `pu
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -43,6 +45,27 @@ class WeightSync(Protocol):
     def close(self) -> None: ...
 
 
+class PrefixCacheReset:
+    """Resets the server's prefix cache beside a weight load, on a second client (own HTTP session) in one
+    worker thread. Safe because the trainer sends no generation request while a push runs: no request can see
+    the cache between the load and the reset, whichever finishes first."""
+
+    def __init__(self, client: VLLMServerClient, name: str):
+        self.client = type(client)(client.base_url, timeout=client.timeout)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"grpo-{name}-reset")
+
+    def around(self, load: Callable[[], object]):
+        """Run `load()` while the reset runs; re-raise a failed reset after the load; return load's result."""
+        reset = self._pool.submit(self.client.reset_prefix_cache)
+        try:
+            return load()
+        finally:
+            reset.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
 class ProbeVerifier:
     """Compares the server's logprobs of a fixed probe with the trainer model's own forward pass.
 
@@ -74,11 +97,15 @@ class ProbeVerifier:
         mean2, max2 = probe.logprob_diff(gen.logprobs, trainer)
         return max(mean1, mean2), max(max1, max2)
 
-    def verify(self, model, server_model: str, result: SyncResult) -> SyncResult:
+    def measure_into(self, model, server_model: str, result: SyncResult) -> SyncResult:
+        """Measure and record the probe difference and its time in `result` (no tolerance check)."""
         t0 = time.perf_counter()
-        mean, mx = self.measure(model, server_model)
+        result.logprob_diff, result.logprob_diff_max = self.measure(model, server_model)
         result.verify_ms = (time.perf_counter() - t0) * 1e3
-        result.logprob_diff, result.logprob_diff_max = mean, mx
-        probe.check(mean, self.tolerance, mode=self.mode, step=result.step,
-                    detail=f"(max |Δ| {mx:.3g}, server model {server_model!r})")
+        return result
+
+    def verify(self, model, server_model: str, result: SyncResult) -> SyncResult:
+        self.measure_into(model, server_model, result)
+        probe.check(result.logprob_diff, self.tolerance, mode=self.mode, step=result.step,
+                    detail=f"(max |Δ| {result.logprob_diff_max:.3g}, server model {server_model!r})")
         return result

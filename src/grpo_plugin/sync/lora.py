@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from grpo_plugin.sync.base import SyncResult
+from grpo_plugin.sync.base import PrefixCacheReset, SyncResult
 from grpo_plugin.sync.storage import SyncDir
 
 
@@ -24,12 +23,9 @@ class LoraSync:
         self.client = client
         self.adapter_name = adapter_name
         self.storage = SyncDir("lora", sync_dir)
-        self._dir = self.storage.path
         self._model = None
         self._tensors = None
-        # a second client (own HTTP session) so the cache reset can run beside the adapter load
-        self._reset_client = type(client)(client.base_url, timeout=client.timeout)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-lora-sync")
+        self._reset = PrefixCacheReset(client, "lora")
 
     needs_initial_push = True  # the adapter must exist on the server before the first rollout
 
@@ -39,7 +35,7 @@ class LoraSync:
 
     @property
     def adapter_dir(self) -> Path:
-        return self._dir
+        return self.storage.path
 
     def prepare(self, trainer) -> None:
         model = trainer.accelerator.unwrap_model(trainer.model)
@@ -50,7 +46,7 @@ class LoraSync:
         self._model = model
         self._tensors = self._adapter_tensors(model)
         # Config once (vLLM reads adapter_config.json next to the weights); weights on every push.
-        model.peft_config["default"].save_pretrained(str(self._dir))
+        model.peft_config["default"].save_pretrained(str(self.adapter_dir))
 
     @staticmethod
     def _adapter_tensors(model) -> dict | None:
@@ -73,22 +69,18 @@ class LoraSync:
 
         tensors = self._tensors if self._tensors is not None else get_peft_model_state_dict(self._model)
         sd = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
-        tmp = self._dir / "adapter_model.safetensors.tmp"
+        tmp = self.adapter_dir / "adapter_model.safetensors.tmp"
         save_file(sd, str(tmp))
-        os.replace(tmp, self._dir / "adapter_model.safetensors")  # the server never sees a half-written file
+        os.replace(tmp, self.adapter_dir / "adapter_model.safetensors")  # the server never sees a half-written file
 
     def push(self, step: int) -> SyncResult:
-        """Write, load in place, reset the prefix cache. The trainer sends no generation request while a push
-        runs, so the reset may overlap the load: no request can see the cache between the two."""
+        """Write, then load in place with the prefix-cache reset beside it."""
         t0 = time.perf_counter()
         self._write_weights()
-        reset = self._pool.submit(self._reset_client.reset_prefix_cache)
-        try:
-            self.client.load_lora_adapter(self.adapter_name, str(self._dir), inplace=True)
-        finally:
-            reset.result()  # re-raises a failed reset
+        self._reset.around(lambda: self.client.load_lora_adapter(self.adapter_name, str(self.adapter_dir),
+                                                                 inplace=True))
         return SyncResult(step=step, sync_ms=(time.perf_counter() - t0) * 1e3)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self._reset.close()
         self.storage.close()

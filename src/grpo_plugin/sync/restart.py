@@ -17,16 +17,12 @@ Every push is then verified by the trainer's post-sync probe like any other mode
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from grpo_plugin.client import ServerError
-from grpo_plugin.sync.base import SyncResult
+from grpo_plugin.sync.base import PrefixCacheReset, SyncResult
 from grpo_plugin.sync.storage import SyncDir
-
-LOG = logging.getLogger("grpo_plugin")
 
 WEIGHTS_FILE = "model.safetensors"
 RELOAD_METHOD = "grpo_reload_weights"
@@ -56,7 +52,11 @@ class _Reload:
 
     needs_initial_push = True
 
-    def check_server(self) -> None:
+    def __init__(self, client, timeout: float):
+        self.client, self.timeout = client, timeout
+        self._reset = PrefixCacheReset(client, "restart")
+
+    def prepare(self, model, sync_dir) -> None:
         """The extension must be there BEFORE the first call: on vLLM 0.32 a collective_rpc of a method the
         workers lack kills the engine (EngineDeadError) instead of answering an error."""
         from grpo_plugin.server import WORKER_EXTENSION
@@ -73,20 +73,12 @@ class _Reload:
                 "`grpo.managed_server: true`."
             )
 
-    def __init__(self, client, timeout: float):
-        self.client, self.timeout = client, timeout
-        self._reset_client = type(client)(client.base_url, timeout=client.timeout)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-restart-sync")
-
     def apply(self, weights_dir: str) -> dict:
-        reset = self._pool.submit(self._reset_client.reset_prefix_cache)
         try:
-            results = self.client.collective_rpc(RELOAD_METHOD, {"weights_path": weights_dir},
-                                                 timeout=self.timeout)
+            results = self._reset.around(lambda: self.client.collective_rpc(
+                RELOAD_METHOD, {"weights_path": weights_dir}, timeout=self.timeout))
         except ServerError as exc:
             raise SyncError(_explain_rpc_failure(str(exc))) from exc
-        finally:
-            reset.result()
         if not results or not all(isinstance(r, dict) for r in results):
             raise SyncError(f"grpo.sync=restart (reload): the server's workers answered {results!r} to "
                             f"{RELOAD_METHOD}; expected one report per worker")
@@ -100,7 +92,7 @@ class _Reload:
         return {"workers": len(results), "reload_ms": max(r.get("reload_ms", 0.0) for r in results)}
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self._reset.close()
 
 
 def _extends_ours(qualname: str | None) -> bool:
@@ -140,11 +132,10 @@ class _ProcessRestart:
     # restart is needed at all (it saves one full restart per run).
     needs_initial_push = False
 
-    def __init__(self, server: Callable[[], object], timeout: float):
-        self._server, self.timeout = server, timeout
+    def __init__(self, client, server: Callable[[], object], timeout: float):
+        self.client, self._server, self.timeout = client, server, timeout
 
     def apply(self, weights_dir: str) -> dict:
-        from grpo_plugin.client import VLLMServerClient
         from grpo_plugin.server import Progress, ServerStartError
 
         server = self._server()
@@ -159,16 +150,29 @@ class _ProcessRestart:
         except ServerStartError as exc:
             raise SyncError(f"grpo.sync=restart (process): the server (pid tree we started) was stopped for "
                             f"the restart, but it could not be started again: {exc}") from exc
-        client = VLLMServerClient(spec.base_url)
         try:
-            waited = server.wait_healthy(self.timeout, client.healthy,
+            waited = server.wait_healthy(self.timeout, self.client.healthy,
                                          Progress(f"restarting vLLM on new weights ({spec.base_url})"))
         except ServerStartError as exc:
             raise SyncError(f"grpo.sync=restart (process): the restarted server did not come up: {exc}") from exc
         return {"pid": server.pid, "start_s": waited}
 
-    def check_server(self) -> None:
-        pass  # the managed server is ours: started with what the strategy needs
+    def prepare(self, model, sync_dir) -> None:
+        """vLLM will start on the sync directory: it needs the model's config files too (the original ones, as
+        the server first loaded them; the tokenizer stays where it was). The server itself is ours, started
+        with what this strategy needs."""
+        from transformers import AutoConfig, GenerationConfig
+
+        server = self._server()
+        source = (server.spec.tokenizer or server.spec.model) if server is not None else None
+        config = AutoConfig.from_pretrained(source) if source else model.config
+        config.save_pretrained(str(sync_dir))
+        try:
+            gen = GenerationConfig.from_pretrained(source) if source else model.generation_config
+        except OSError:  # the model has none
+            gen = None
+        if gen is not None:
+            gen.save_pretrained(str(sync_dir))
 
     def close(self) -> None:
         pass
@@ -183,7 +187,6 @@ class RestartSync:
         if strategy not in STRATEGIES:
             raise ValueError(f"grpo.restart_strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
         self.client = client
-        self.strategy_name = strategy
         if strategy == "reload":
             self.strategy = _Reload(client, rpc_timeout)
         else:
@@ -191,7 +194,7 @@ class RestartSync:
                 from grpo_plugin import managed
 
                 server = managed.current
-            self.strategy = _ProcessRestart(server, start_timeout)
+            self.strategy = _ProcessRestart(client, server, start_timeout)
         self.storage = SyncDir("restart", sync_dir)
         self._model = None
         self._served: str | None = None
@@ -218,25 +221,7 @@ class RestartSync:
                              "Use `grpo.sync: lora_sync` for adapters, or remove `adapter:`.")
         self._model = model
         _ = self.generation_model  # fail early if the server serves nothing
-        self.strategy.check_server()
-        if self.strategy_name == "process":
-            self._write_config(model)
-
-    def _write_config(self, model) -> None:
-        """The process strategy starts vLLM on the sync directory: it needs the model's config files too
-        (the original ones, as the server first loaded them; the tokenizer stays where it was)."""
-        from transformers import AutoConfig, GenerationConfig
-
-        server = self.strategy._server()
-        source = (server.spec.tokenizer or server.spec.model) if server is not None else None
-        config = AutoConfig.from_pretrained(source) if source else model.config
-        config.save_pretrained(str(self.storage.path))
-        try:
-            gen = GenerationConfig.from_pretrained(source) if source else model.generation_config
-        except OSError:  # the model has none
-            gen = None
-        if gen is not None:
-            gen.save_pretrained(str(self.storage.path))
+        self.strategy.prepare(model, self.storage.path)
 
     def _write_weights(self) -> None:
         from safetensors.torch import save_file
