@@ -150,9 +150,8 @@ def format_number(value: Fraction) -> str:
     return f"{value.numerator}/{value.denominator}"
 
 
-def predicted_value(text: str) -> Fraction | None:
-    text = text[-_MAX_CHARS:]
-    span = extract_answer(text)
+def predicted_value(text: str, span: str | None) -> Fraction | None:
+    """The value of the marked answer span, else of the last number in the text."""
     if span is not None:
         return parse_number(span)
     numbers = _NUM_RE.findall(text.replace("\u2212", "-"))
@@ -180,9 +179,10 @@ def score(completion, gold) -> float:
         gold_value = parse_number(gold.rsplit("####", 1)[-1] if isinstance(gold, str) else str(gold))
         if not text or gold_value is None:
             return 0.0
-        if predicted_value(text) == gold_value:
+        text = text[-_MAX_CHARS:]
+        span = extract_answer(text)  # once: both the plain parse and the math-verify fallback read it
+        if predicted_value(text, span) == gold_value:
             return 1.0
-        span = extract_answer(text[-_MAX_CHARS:])
         if span and (_LATEX_CMD.search(_FRAC_TEX.sub("", span)) or any(ch in span for ch in "^{}")):
             # LaTeX beyond \frac (\sqrt, powers, ...): ask math-verify
             return 1.0 if _math_verify_equal(format_number(gold_value), span) else 0.0

@@ -32,14 +32,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _perturb(model, seed: int) -> None:
+def _probe_ids(model_dir: str) -> list[int]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    return tok("The quick brown fox jumps over the lazy dog. 0123456789", add_special_tokens=False)["input_ids"]
+
+
+def _perturb(model, seed: int, scale: float, only: str = "") -> None:
+    """Stand-in for an optimizer step: every weight whose name contains `only` moves (LoRA: "lora_B")."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.add_(torch.randn(p.shape, generator=g) * 0.02)
+            if only in name:
+                p.add_(torch.randn(p.shape, generator=g) * scale)
 
 
 def _axolotl_sync_fn(model, base_url: str, adapter_name: str):
@@ -66,7 +74,7 @@ def _axolotl_sync_fn(model, base_url: str, adapter_name: str):
 def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port: int | None) -> dict:
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from grpo_plugin.client import VLLMServerClient
     from grpo_plugin.server import ServerSpec, VLLMServerProcess, lora_rank_for_vllm
@@ -74,8 +82,6 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.tiny import build_model
 
-    if mode != "lora_sync":
-        raise SystemExit(f"--mode {mode}: only lora_sync exists in this version")
     tmp = Path(tempfile.mkdtemp(prefix="grpo_bench-"))
     model_dir = model_dir or str(build_model(tmp / "tiny-qwen2"))
     spec = ServerSpec(model=model_dir, port=port or _free_port(), dtype="float32", max_model_len=512,
@@ -85,9 +91,7 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
     try:
         client = VLLMServerClient(spec.base_url)
         server.wait_healthy(600, client.healthy)
-        tok = AutoTokenizer.from_pretrained(model_dir)
-        probe_ids = tok("The quick brown fox jumps over the lazy dog. 0123456789", add_special_tokens=False)[
-            "input_ids"]
+        probe_ids = _probe_ids(model_dir)
         base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         model = get_peft_model(base, LoraConfig(
             r=lora_r, lora_alpha=2 * lora_r, lora_dropout=0.0,
@@ -114,7 +118,7 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
         ours._write_weights = timed("ours", ours._write_weights)
         model.save_pretrained = timed("axolotl", model.save_pretrained)
         for i in range(repeats + 1):  # the first round of each is warm-up and not counted
-            _perturb(model, seed=i)
+            _perturb(model, seed=i, scale=0.02, only="lora_B")
             for name in ("ours", "axolotl") if i % 2 == 0 else ("axolotl", "ours"):
                 t0 = time.perf_counter()
                 if name == "ours":
@@ -144,7 +148,7 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
     for name, r in res.items():
         out[name] = {
             "median_ms": round(statistics.median(r["ms"]), 2),
-            "p90_ms": round(sorted(r["ms"])[int(0.9 * (len(r["ms"]) - 1))], 2),
+            "p90_ms": round(_pct(r["ms"], 0.9), 2),
             "write_median_ms": round(statistics.median(r["write_ms"]), 2),
             "max_logprob_diff": max(r["diff"]),
             "verified": all(d <= 1e-4 for d in r["diff"]),
@@ -158,16 +162,6 @@ def _pct(values: list[float], q: float) -> float:
     import math
 
     return sorted(values)[max(0, math.ceil(q * len(values)) - 1)]
-
-
-def _perturb_all(model, seed: int, scale: float = 0.01) -> None:
-    """Stand-in for an optimizer step of full fine-tuning: every weight moves."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale)
 
 
 def _axolotl_http_sync(client, model) -> tuple[float, list[str]]:
@@ -205,7 +199,7 @@ def _timed_pushes(sync, model, verifier, seeds: range, warmup: int) -> dict:
     """Push after each simulated optimizer step; the trainer-visible pause and the probe after each."""
     ms, diffs, writes, after = [], [], [], []
     for i, seed in enumerate(seeds):
-        _perturb_all(model, seed)
+        _perturb(model, seed, scale=0.01)
         t0 = time.perf_counter()
         sync.push(seed)
         pause = (time.perf_counter() - t0) * 1e3
@@ -228,7 +222,7 @@ def bench_restart(sizes: list[str], repeats: int, process_repeats: int, axolotl_
     full-weight HTTP sync (last: when it fails it leaves the server's weights half-updated), then one more
     reload to show it repairs the server. Every sync is followed by the post-sync probe."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from grpo_plugin.client import VLLMServerClient
     from grpo_plugin.server import ServerSpec, VLLMServerProcess
@@ -251,9 +245,7 @@ def bench_restart(sizes: list[str], repeats: int, process_repeats: int, axolotl_
             try:
                 client = VLLMServerClient(spec.base_url, timeout=600)
                 server.wait_healthy(900, client.healthy)
-                tok = AutoTokenizer.from_pretrained(model_dir)
-                probe_ids = tok("The quick brown fox jumps over the lazy dog. 0123456789",
-                                add_special_tokens=False)["input_ids"]
+                probe_ids = _probe_ids(model_dir)
                 model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
                 trainer = ns(model=model, accelerator=ns(unwrap_model=lambda m: m))
                 verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="restart")
@@ -271,7 +263,7 @@ def bench_restart(sizes: list[str], repeats: int, process_repeats: int, axolotl_
                 # axolotl's full-weight HTTP sync on the same (now restarted) server
                 ax = {"seconds": [], "diff": [], "errors": []}
                 for seed in range(2000, 2000 + axolotl_repeats):
-                    _perturb_all(model, seed)
+                    _perturb(model, seed, scale=0.01)
                     secs, errors = _axolotl_http_sync(client, model)
                     ax["seconds"].append(secs)
                     ax["errors"].extend(errors)

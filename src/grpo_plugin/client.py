@@ -51,6 +51,15 @@ class VLLMServerClient:
             raise ServerError(f"POST {path} -> HTTP {resp.status_code}: {resp.text[:500]}")
         return resp
 
+    def _get_json(self, path: str, params: dict[str, Any] | None = None, timeout: float = 30) -> Any:
+        try:
+            resp = self.session.get(f"{self.base_url}{path}", params=params, timeout=timeout)
+        except requests.RequestException as exc:
+            raise ServerError(f"GET {path} at {self.base_url} failed: {exc}") from exc
+        if resp.status_code != 200:
+            raise ServerError(f"GET {path} -> HTTP {resp.status_code}: {resp.text[:300]}")
+        return self._json(resp, path)
+
     def _json(self, resp: requests.Response, path: str) -> Any:
         try:
             return resp.json()
@@ -68,15 +77,9 @@ class VLLMServerClient:
         return [m["id"] for m in self._models()]
 
     def _models(self) -> list[dict]:
-        try:
-            resp = self.session.get(f"{self.base_url}/v1/models", timeout=30)
-        except requests.RequestException as exc:
-            raise ServerError(f"GET /v1/models at {self.base_url} failed: {exc}") from exc
-        if resp.status_code != 200:
-            raise ServerError(f"GET /v1/models -> HTTP {resp.status_code}: {resp.text[:300]}")
-        data = self._json(resp, "/v1/models").get("data")
+        data = self._get_json("/v1/models").get("data")
         if not isinstance(data, list):
-            raise ServerError(f"GET /v1/models returned no model list: {resp.text[:300]}")
+            raise ServerError(f"GET /v1/models returned no model list: {str(data)[:300]}")
         return data
 
     def base_model(self) -> str:
@@ -185,13 +188,7 @@ class VLLMServerClient:
 
     def server_info(self) -> dict:
         """vLLM's dev-mode `/server_info` (the engine's config as JSON)."""
-        try:
-            resp = self.session.get(f"{self.base_url}/server_info", params={"config_format": "json"}, timeout=60)
-        except requests.RequestException as exc:
-            raise ServerError(f"GET /server_info at {self.base_url} failed: {exc}") from exc
-        if resp.status_code != 200:
-            raise ServerError(f"GET /server_info -> HTTP {resp.status_code}: {resp.text[:300]}")
-        return self._json(resp, "/server_info")
+        return self._get_json("/server_info", params={"config_format": "json"}, timeout=60)
 
     def worker_extension(self) -> str | None:
         """The `--worker-extension-cls` the server's workers were started with (None if none)."""
