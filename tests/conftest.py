@@ -18,6 +18,24 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def axolotl_load_cfg(path):
+    """axolotl's `load_cfg`, without its process-wide side effects leaking into later tests: it exports
+    ACCELERATE_*/KMP_*/TOKENIZERS_* variables (which every server started afterwards inherits) and, for
+    DeepSpeed configs, initialises accelerate's global state."""
+    import axolotl.utils.distributed as axolotl_dist
+    from accelerate.state import AcceleratorState
+    from axolotl.cli.config import load_cfg
+
+    saved = dict(os.environ)
+    try:
+        return load_cfg(str(path))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        AcceleratorState._reset_state(reset_partial_state=True)
+        axolotl_dist.distributed_state = None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,6 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from grpo_plugin.args import GRPOSettings
+from tests.conftest import axolotl_load_cfg
 
 
 @pytest.fixture
@@ -34,11 +35,9 @@ def base_cfg(tiny_model_dir, tiny_data_file, tmp_path):
 
 
 def load(cfg: dict, tmp_path):
-    from axolotl.cli.config import load_cfg
-
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return load_cfg(str(path))
+    return axolotl_load_cfg(path)
 
 
 def test_good_config_is_wired(base_cfg, tmp_path):

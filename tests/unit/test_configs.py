@@ -14,7 +14,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, axolotl_load_cfg
 
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 RECIPES = sorted((ROOT / "configs" / "gsm8k").glob("*.yaml"))
@@ -27,19 +27,9 @@ def load(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # configs use repo-relative paths (deepspeed_configs/, ./data, ./demo)
 
     def _load(cfg: dict):
-        from accelerate.state import AcceleratorState
-        from axolotl.cli.config import load_cfg
-
-        cfg = dict(cfg, base_model=str(tiny_model_dir))
         path = tmp_path / "cfg.yaml"
-        path.write_text(yaml.safe_dump(cfg))
-        try:
-            return load_cfg(str(path))
-        finally:  # a DeepSpeed config initialises accelerate's global state; start the next load clean
-            import axolotl.utils.distributed as axolotl_dist
-
-            AcceleratorState._reset_state(reset_partial_state=True)
-            axolotl_dist.distributed_state = None
+        path.write_text(yaml.safe_dump(dict(cfg, base_model=str(tiny_model_dir))))
+        return axolotl_load_cfg(path)
 
     return _load
 

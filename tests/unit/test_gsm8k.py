@@ -19,7 +19,7 @@ from rewards.gsm8k import (
     gsm8k_transform,
     parse_number,
 )
-from tests.conftest import ROOT
+from tests.conftest import ROOT, axolotl_load_cfg
 
 
 def _gsm8k_file(split: str) -> Path:
@@ -132,7 +132,6 @@ def test_transform_loads_through_axolotl_and_makes_chat_prompts(tiny_model_dir, 
     """`type: rewards.gsm8k_transform` as axolotl 0.19 loads it (its dotted-path loader, its dataset mapping),
     and the deeper path `rewards.gsm8k.gsm8k_transform` fails there — which is why the docs name the first."""
     import yaml
-    from axolotl.cli.config import load_cfg
     from axolotl.loaders import load_tokenizer
     from axolotl.prompt_strategies.dpo import load as load_dpo
     from axolotl.utils.data.rl import prepare_preference_datasets
@@ -153,7 +152,7 @@ def test_transform_loads_through_axolotl_and_makes_chat_prompts(tiny_model_dir, 
     }
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    loaded = load_cfg(str(path))
+    loaded = axolotl_load_cfg(path)
     train, _ = prepare_preference_datasets(loaded, load_tokenizer(loaded))
     assert len(train) == 16 and "question" not in train.column_names
     by_question = {r["question"]: gold_answer(r["answer"]) for r in rows}
