@@ -10,10 +10,10 @@ from __future__ import annotations
 import difflib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SYNC_MODES = ("ipc", "lora_sync", "restart")
-AVAILABLE_SYNC_MODES = ("lora_sync", "restart")
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1", "")
 
 # Tolerance of the post-sync probe: mean |logprob_vLLM - logprob_trainer| over the probe tokens.
 DEFAULT_TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 1e-2}
@@ -68,6 +68,17 @@ class GRPOSettings(BaseModel):
         default=None,
         description="Where synced weights are written; default a fresh dir in /dev/shm (else the temp dir).",
     )
+    ipc_fence: Literal["trainer", "server"] | None = Field(
+        default=None,
+        description="sync: ipc only. How generation is kept off the weights while the optimizer writes them: "
+        "trainer (default; the trainer is the server's only client) or server (vLLM /pause + /resume around "
+        "each step, for servers other clients also use).",
+    )
+    ipc_gemm: Literal["onednn", "linear"] | None = Field(
+        default=None,
+        description="sync: ipc only, vLLM-CPU. GEMM the server computes with on the shared weights: onednn "
+        "(default; oneDNN on the plain weight) or linear (torch.nn.functional.linear).",
+    )
     adapter_name: str = Field(
         default="grpo-policy", min_length=1, description="Name the trained LoRA adapter has on the server."
     )
@@ -91,18 +102,6 @@ class GRPOSettings(BaseModel):
                 )
         return data
 
-    @field_validator("sync")
-    @classmethod
-    def _mode_available(cls, value: str) -> str:
-        if value not in AVAILABLE_SYNC_MODES:
-            raise ValueError(
-                f"grpo.sync: {value!r} is not available yet in this version of grpo_plugin "
-                f"(available: {', '.join(AVAILABLE_SYNC_MODES)}). Use `grpo.sync: lora_sync` with "
-                "`adapter: lora`, or `grpo.sync: restart` for full fine-tuning; there is no silent fallback "
-                "to another mode."
-            )
-        return value
-
     @model_validator(mode="after")
     def _strategy(self) -> GRPOSettings:
         if self.restart_strategy is not None and self.sync != "restart":
@@ -110,6 +109,19 @@ class GRPOSettings(BaseModel):
                 f"grpo.restart_strategy only applies to `grpo.sync: restart` (sync is {self.sync!r}). "
                 "Remove grpo.restart_strategy."
             )
+        for key in ("ipc_fence", "ipc_gemm"):
+            if getattr(self, key) is not None and self.sync != "ipc":
+                raise ValueError(f"grpo.{key} only applies to `grpo.sync: ipc` (sync is {self.sync!r}). "
+                                 f"Remove grpo.{key}.")
+        if self.sync == "ipc":
+            self.ipc_fence = self.ipc_fence or "trainer"
+            self.ipc_gemm = self.ipc_gemm or "onednn"
+            if self.sync_interval != 1:
+                raise ValueError(
+                    f"grpo.sync_interval: {self.sync_interval} does not apply to `grpo.sync: ipc`: the server "
+                    "computes with the trainer's own weights, so every optimizer step is visible at once. "
+                    "Remove grpo.sync_interval."
+                )
         if self.sync == "restart" and self.restart_strategy is None:
             self.restart_strategy = "reload"
         if self.restart_strategy == "process" and not self.managed_server:
@@ -147,6 +159,8 @@ def check_cross_keys(data: dict) -> None:
             f"grpo.sync: restart syncs full weights for full fine-tuning, but `adapter: {data.get('adapter')}` "
             "is set. Fix: use `grpo.sync: lora_sync` to train and hot-swap the adapter, or remove `adapter:`."
         )
+    if sync == "ipc":
+        _check_ipc(data)
     sharded = _sharded_trainer(data)
     if sharded:
         raise ValueError(
@@ -181,6 +195,43 @@ def check_cross_keys(data: dict) -> None:
                 "trl.vllm_lora_sync: true is axolotl's built-in LoRA sync; with the grpo_plugin use "
                 "`grpo.sync: lora_sync` instead and remove trl.vllm_lora_sync."
             )
+
+
+def _check_ipc(data: dict) -> None:
+    """What one shared copy of the weights cannot do, each with the reason and the way out."""
+    vllm = data.get("vllm") or {}
+    vllm_get = (lambda k: vllm.get(k)) if isinstance(vllm, dict) else (lambda k: getattr(vllm, k, None))
+    problems = []
+    if data.get("adapter"):
+        problems.append(
+            f"`adapter: {data.get('adapter')}`: ipc shares the full weights for full fine-tuning (sharing a frozen "
+            "base under a LoRA adapter is not supported yet). Use `grpo.sync: lora_sync` for adapters, or remove "
+            "`adapter:`.")
+    for key in ("load_in_8bit", "load_in_4bit", "gptq"):
+        if data.get(key):
+            problems.append(f"`{key}: true`: quantized base weights cannot be trained in place. Remove {key}.")
+    host = str(vllm_get("host") or "127.0.0.1")
+    if host not in LOCAL_HOSTS:
+        problems.append(f"`vllm.host: {host}`: the server must run on this machine (the weights are one "
+                        "shared-memory file). Use 127.0.0.1, or grpo.sync: restart / lora_sync for a remote server.")
+    for key in ("tensor_parallel_size", "data_parallel_size"):
+        if int(vllm_get(key) or 1) > 1:
+            problems.append(f"`vllm.{key}: {vllm_get(key)}`: ipc shares the weights of ONE vLLM worker "
+                            f"(>1 splits or replicates them). Set vllm.{key}: 1, or use grpo.sync: restart.")
+    from grpo_plugin.server import trainer_dtype
+
+    want = trainer_dtype(data)
+    have = vllm_get("dtype")
+    aliases = {"bfloat16": ("bfloat16", "bf16"), "float16": ("float16", "fp16", "half"), "float32": ("float32",
+                                                                                                      "fp32", "float")}
+    if want and have not in (None, "auto") and str(have).removeprefix("torch.") not in aliases.get(want, (want,)):
+        problems.append(f"`vllm.dtype: {have}` but the trainer trains in {want}: one shared copy has one dtype. "
+                        "Remove vllm.dtype (the plugin passes the trainer's dtype) or change the precision keys.")
+    if data.get("deepspeed") or data.get("fsdp") or data.get("fsdp_config") or data.get("fsdp_version"):
+        problems.append("`deepspeed` / `fsdp`: they flatten, shard or copy the parameters, which would detach the "
+                        "trainer from the shared copy. Remove them (ipc runs one trainer process).")
+    if problems:
+        raise ValueError("grpo.sync: ipc cannot be used with this config:\n  - " + "\n  - ".join(problems))
 
 
 def _sharded_trainer(data: dict) -> str | None:

@@ -186,6 +186,14 @@ class VLLMServerClient:
     def reset_prefix_cache(self) -> None:
         self._post("/reset_prefix_cache", {})
 
+    def pause(self, *, mode: str = "wait", clear_cache: bool = True) -> None:
+        """vLLM's dev-mode `/pause`: `wait` lets in-flight requests finish, queues new ones until `/resume`;
+        `clear_cache` drops the prefix cache once drained."""
+        self._post(f"/pause?mode={mode}&clear_cache={str(clear_cache).lower()}", {})
+
+    def resume(self) -> None:
+        self._post("/resume", {})
+
     def server_info(self) -> dict:
         """vLLM's dev-mode `/server_info` (the engine's config as JSON)."""
         return self._get_json("/server_info", params={"config_format": "json"}, timeout=60)

@@ -72,6 +72,11 @@ class ServerSpec:
     served_model_name: str | None = None  # name requests use; default: `model` (vLLM's default)
     tokenizer: str | None = None  # default: `model`
     worker_extension_cls: str | None = WORKER_EXTENSION
+    # grpo.sync: ipc — the server's weights live in a shared file in a private dir under `ipc_root`
+    # (default /dev/shm), computed with the plain-weight GEMM `ipc_gemm` (ipc/vllm_plugin.py)
+    ipc: bool = False
+    ipc_root: str | None = None
+    ipc_gemm: str = "onednn"
     extra_args: list[str] = field(default_factory=list)
 
     @property
@@ -111,8 +116,18 @@ class ServerSpec:
                     "--max-loras", str(self.max_loras)]
         return cmd + list(self.extra_args)
 
-    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+    def env(self, base: dict[str, str] | None = None, ipc_export: str | Path | None = None) -> dict[str, str]:
         env = dict(os.environ if base is None else base)
+        if ipc_export is not None:
+            from grpo_plugin.ipc import gemm, vllm_plugin
+
+            env[vllm_plugin.ENV] = str(ipc_export)
+            env[gemm.ENV] = self.ipc_gemm
+            # vLLM's compile cache key does not see the patched GEMM: never reuse a stock server's graphs
+            env["VLLM_DISABLE_COMPILE_CACHE"] = "1"
+            plugins = env.get("VLLM_PLUGINS")
+            if plugins is not None and vllm_plugin.ENTRY_POINT not in plugins.split(","):
+                env["VLLM_PLUGINS"] = ",".join(p for p in (plugins, vllm_plugin.ENTRY_POINT) if p)
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # /v1/load_lora_adapter
         env["VLLM_SERVER_DEV_MODE"] = "1"  # /reset_prefix_cache, /collective_rpc
         if not cuda_available():
@@ -186,6 +201,7 @@ class VLLMServerProcess:
         self.log_path = Path(log_path) if log_path else None
         self.proc: subprocess.Popen | None = None
         self._log_file = None
+        self.ipc_dir = None  # SyncDir holding the shared weight file (grpo.sync: ipc)
 
     @property
     def pid(self) -> int | None:
@@ -205,9 +221,13 @@ class VLLMServerProcess:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115
             stdout = self._log_file
+        if self.spec.ipc:
+            from grpo_plugin.sync.storage import SyncDir
+
+            self.ipc_dir = SyncDir("ipc", self.spec.ipc_root)  # ours; removed by stop()
         self.proc = subprocess.Popen(  # noqa: S603
             self.spec.command(),
-            env=self.spec.env(),
+            env=self.spec.env(ipc_export=self.ipc_dir.path if self.ipc_dir else None),
             stdout=stdout,
             stderr=subprocess.STDOUT if stdout else None,
             stdin=subprocess.DEVNULL,
@@ -282,6 +302,9 @@ class VLLMServerProcess:
         if self._log_file:
             self._log_file.close()
             self._log_file = None
+        if self.ipc_dir is not None:  # the worker is gone: its shared weight file goes with it
+            self.ipc_dir.close()
+            self.ipc_dir = None
 
 
 def spec_from_cfg(cfg, **overrides) -> ServerSpec:
@@ -296,11 +319,12 @@ def spec_from_cfg(cfg, **overrides) -> ServerSpec:
         return default
 
     adapter = cfg.get("adapter")
+    ipc = grpo.get("sync") == "ipc"
     return ServerSpec(
         model=overrides.get("model") or cfg.get("base_model"),
         host=get("host", "127.0.0.1"),
         port=int(get("port", 8000)),
-        dtype=get("dtype"),
+        dtype=(trainer_dtype(cfg) or "auto") if ipc and get("dtype") in (None, "auto") else get("dtype"),
         max_model_len=get("max_model_len"),
         enforce_eager=bool(get("enforce_eager", False)),
         gpu_memory_utilization=get("gpu_memory_utilization"),
@@ -309,4 +333,22 @@ def spec_from_cfg(cfg, **overrides) -> ServerSpec:
         trust_remote_code=bool(cfg.get("trust_remote_code")),
         enable_lora=(grpo.get("sync") or "lora_sync") == "lora_sync" and adapter in ("lora", "qlora"),
         max_lora_rank=lora_rank_for_vllm(int(cfg.get("lora_r") or 16)),
+        ipc=ipc,
+        ipc_root=grpo.get("sync_dir") if ipc else None,
+        ipc_gemm=grpo.get("ipc_gemm") or "onednn",
     )
+
+
+def trainer_dtype(cfg) -> str | None:
+    """The dtype axolotl trains in, as vLLM names it (ipc shares one copy, so the server must match); None while
+    axolotl has not resolved `bf16: auto` yet."""
+    resolved = cfg.get("torch_dtype")
+    if resolved is not None:
+        return str(resolved).removeprefix("torch.")
+    if cfg.get("bf16") is True or cfg.get("bfloat16"):
+        return "bfloat16"
+    if cfg.get("fp16") or cfg.get("float16") or cfg.get("load_in_8bit"):
+        return "float16"
+    if cfg.get("bf16") == "auto":
+        return None
+    return "float32"

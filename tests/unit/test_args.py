@@ -9,7 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from grpo_plugin.args import GRPOSettings
-from tests.conftest import axolotl_load_cfg
+from tests.conftest import ROOT, axolotl_load_cfg
 
 
 @pytest.fixture
@@ -62,17 +62,56 @@ def test_restart_config_is_wired(base_cfg, tmp_path, strategy):
     assert cfg.grpo["restart_strategy"] == (strategy or "reload")
 
 
+def test_ipc_defaults_and_server_spec(base_cfg, tmp_path):
+    from grpo_plugin.server import spec_from_cfg
+
+    _ipc(base_cfg)
+    cfg = load(base_cfg, tmp_path)
+    assert (cfg.grpo["ipc_fence"], cfg.grpo["ipc_gemm"]) == ("trainer", "onednn")
+    spec = spec_from_cfg(cfg)
+    # one copy, one dtype: the server gets the trainer's; no LoRA; the export dir and GEMM reach the worker
+    assert spec.ipc and spec.dtype == "float32" and not spec.enable_lora
+    env = spec.env(base={"VLLM_PLUGINS": "lora_filesystem_resolver"}, ipc_export="/dev/shm/x")
+    assert env["GRPO_IPC_EXPORT"] == "/dev/shm/x" and env["GRPO_IPC_GEMM"] == "onednn"
+    assert env["VLLM_PLUGINS"] == "lora_filesystem_resolver,grpo_plugin_ipc"
+    assert env["VLLM_DISABLE_COMPILE_CACHE"] == "1"
+    assert "GRPO_IPC_EXPORT" not in spec.env(base={})
+
+
 def test_empty_grpo_block_gets_defaults(base_cfg, tmp_path):
     base_cfg.pop("grpo")
     cfg = load(base_cfg, tmp_path)
     assert cfg.grpo["sync"] == "lora_sync" and cfg.grpo["verify_sync"] is True
 
 
+def _ipc(c: dict, vllm: dict | None = None, grpo: dict | None = None, **top) -> None:
+    """Turn the LoRA base config into a full fine-tune with grpo.sync: ipc, plus the given changes."""
+    c.pop("adapter")
+    c["grpo"].update(sync="ipc", **(grpo or {}))
+    c.update(bf16=False, fp16=False)
+    c.setdefault("vllm", {}).update(vllm or {})
+    c.update(top)
+
+
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
         (lambda c: c["grpo"].update(sync_intervall=2), "did you mean grpo.sync_interval"),
-        (lambda c: c["grpo"].update(sync="ipc"), "'ipc' is not available yet"),
+        (lambda c: c["grpo"].update(sync="ipc"), "ipc shares the full weights for full fine-tuning"),
+        (lambda c: _ipc(c, grpo={"sync_interval": 2}),
+         "does not apply to `grpo.sync: ipc`"),
+        (lambda c: _ipc(c, vllm={"host": "10.0.0.7"}),
+         "the server must run on this machine"),
+        (lambda c: _ipc(c, vllm={"tensor_parallel_size": 2}),
+         "ipc shares the weights of ONE vLLM worker"),
+        (lambda c: _ipc(c, vllm={"dtype": "bfloat16"}),
+         "one shared copy has one dtype"),
+        (lambda c: _ipc(c, gptq=True),
+         "quantized base weights cannot be trained in place"),
+        (lambda c: _ipc(c, deepspeed=str(ROOT / "deepspeed_configs/zero2.json")),
+         "would detach the trainer from the shared copy"),
+        (lambda c: c["grpo"].update(ipc_fence="server"), "grpo.ipc_fence only applies to `grpo.sync: ipc`"),
+        (lambda c: _ipc(c, grpo={"ipc_fence": "nccl"}), "'trainer' or 'server'"),
         (lambda c: c["grpo"].update(sync="restart"), "remove `adapter:`"),
         (lambda c: c["grpo"].update(restart_strategy="reload"), "only applies to `grpo.sync: restart`"),
         (lambda c: (c.pop("adapter"), c["grpo"].update(sync="restart", restart_strategy="process")),

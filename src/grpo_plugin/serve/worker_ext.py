@@ -1,6 +1,8 @@
 """Worker extension loaded into every vLLM worker (`--worker-extension-cls`), called through vLLM's dev-mode
 `/collective_rpc`. Keep imports light: this module is imported inside vLLM's worker processes.
 
+`grpo_ipc_manifest()` — `ipc`: where this worker's shared weights are (ipc/vllm_plugin.py exported them).
+
 `grpo_reload_weights(weights_path)` — the `restart` mode's in-place reload:
 1. vLLM's own `reload_weights` (layer-wise reload: every layer whose weights are in the checkpoint is
    re-materialised and re-processed, which on vLLM-CPU re-packs its GEMM weights);
@@ -19,6 +21,16 @@ import time
 
 
 class GRPOWorkerExtension:
+    def grpo_ipc_manifest(self) -> dict:
+        """`grpo.sync: ipc`: the manifest of the shared weight file this worker computes with (the trainer maps
+        it), or {"error": ...} when the server was not started for ipc."""
+        from grpo_plugin.ipc import vllm_plugin
+
+        if vllm_plugin.EXPORTED is None:
+            return {"error": "this vLLM server does not share its weights: it was not started for grpo.sync: "
+                             f"ipc ({vllm_plugin.ENV} unset, or the grpo_plugin_ipc vLLM plugin not loaded)"}
+        return dict(vllm_plugin.EXPORTED, worker_pid=os.getpid())
+
     def grpo_reload_weights(self, weights_path: str) -> dict:
         """Returns a report, or {"error": ...}: an exception escaping a collective_rpc method can kill vLLM
         0.32's engine (an AttributeError does), so failures are reported, and the trainer raises them."""

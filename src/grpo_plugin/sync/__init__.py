@@ -15,6 +15,10 @@ def build_weight_sync(settings, client) -> WeightSync:
 
         return RestartSync(client, strategy=settings.restart_strategy, sync_dir=settings.sync_dir,
                            rpc_timeout=settings.request_timeout, start_timeout=settings.server_timeout)
+    if settings.sync == "ipc":
+        from grpo_plugin.sync.ipc import IpcSync
+
+        return IpcSync(client, fence=settings.ipc_fence, rpc_timeout=settings.request_timeout)
     raise ValueError(f"grpo.sync: {settings.sync!r} is not available yet")
 
 

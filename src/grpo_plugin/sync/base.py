@@ -109,3 +109,55 @@ class ProbeVerifier:
         probe.check(result.logprob_diff, self.tolerance, mode=self.mode, step=result.step,
                     detail=f"(max |Δ| {result.logprob_diff_max:.3g}, server model {server_model!r})")
         return result
+
+
+class SyncError(RuntimeError):
+    """A push could not be completed (the server refused, or cannot do what the mode needs)."""
+
+
+def explain_rpc_failure(mode: str, msg: str, otherwise: str) -> str:
+    if "HTTP 404" in msg:
+        hint = ("the server has no dev-mode routes (/server_info, /collective_rpc): it was started without "
+                "VLLM_SERVER_DEV_MODE=1. Start it with `axolotl vllm-serve <config.yaml>` (the grpo_plugin serve "
+                "module sets it) or `grpo.managed_server: true`.")
+    else:
+        hint = f"{otherwise} (see the server log for its traceback)."
+    return f"grpo.sync={mode}: {hint} Server reply: {msg}"
+
+
+def extends_ours(qualname: str | None) -> bool:
+    """True if the server's worker extension is ours or a subclass of it (e.g. the benchmark's)."""
+    from grpo_plugin.server import WORKER_EXTENSION
+
+    if qualname == WORKER_EXTENSION:
+        return True
+    if not qualname or "." not in qualname:
+        return False
+    try:
+        import importlib
+
+        from grpo_plugin.serve.worker_ext import GRPOWorkerExtension
+
+        module, _, name = qualname.rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        return isinstance(cls, type) and issubclass(cls, GRPOWorkerExtension)
+    except Exception:  # not importable here: not ours
+        return False
+
+
+def require_worker_extension(client: VLLMServerClient, mode: str, purpose: str) -> None:
+    """The worker extension must be there BEFORE the first call: on vLLM 0.32 a collective_rpc of a method the
+    workers lack kills the engine (EngineDeadError) instead of answering an error."""
+    from grpo_plugin.client import ServerError
+    from grpo_plugin.server import WORKER_EXTENSION
+
+    try:
+        ext = client.worker_extension()
+    except ServerError as exc:
+        raise SyncError(explain_rpc_failure(mode, str(exc), "the server could not describe itself")) from exc
+    if not extends_ours(ext):
+        raise SyncError(
+            f"grpo.sync={mode}: the vLLM server at {client.base_url} was started with worker extension {ext!r}, "
+            f"not {WORKER_EXTENSION!r}, so it cannot {purpose}. Start it with `axolotl vllm-serve "
+            "<config.yaml>` (grpo_plugin's serve module adds it) or `grpo.managed_server: true`."
+        )

@@ -21,16 +21,18 @@ import time
 from collections.abc import Callable
 
 from grpo_plugin.client import ServerError
-from grpo_plugin.sync.base import PrefixCacheReset, SyncResult
+from grpo_plugin.sync.base import (
+    PrefixCacheReset,
+    SyncError,
+    SyncResult,
+    explain_rpc_failure,
+    require_worker_extension,
+)
 from grpo_plugin.sync.storage import SyncDir
 
 WEIGHTS_FILE = "model.safetensors"
 RELOAD_METHOD = "grpo_reload_weights"
 STRATEGIES = ("reload", "process")
-
-
-class SyncError(RuntimeError):
-    """A push could not be completed (the server refused, or cannot do what the strategy needs)."""
 
 
 def checkpoint_tensors(model) -> dict:
@@ -59,19 +61,7 @@ class _Reload:
     def prepare(self, model, sync_dir) -> None:
         """The extension must be there BEFORE the first call: on vLLM 0.32 a collective_rpc of a method the
         workers lack kills the engine (EngineDeadError) instead of answering an error."""
-        from grpo_plugin.server import WORKER_EXTENSION
-
-        try:
-            ext = self.client.worker_extension()
-        except ServerError as exc:
-            raise SyncError(_explain_rpc_failure(str(exc))) from exc
-        if not _extends_ours(ext):
-            raise SyncError(
-                f"grpo.sync=restart (reload): the vLLM server at {self.client.base_url} was started with "
-                f"worker extension {ext!r}, not {WORKER_EXTENSION!r}, so it cannot reload weights in place. "
-                "Start it with `axolotl vllm-serve <config.yaml>` (grpo_plugin's serve module adds it) or "
-                "`grpo.managed_server: true`."
-            )
+        require_worker_extension(self.client, "restart (reload)", "reload weights in place")
 
     def apply(self, weights_dir: str) -> dict:
         try:
@@ -95,34 +85,8 @@ class _Reload:
         self._reset.close()
 
 
-def _extends_ours(qualname: str | None) -> bool:
-    """True if the server's worker extension is ours or a subclass of it (e.g. the benchmark's)."""
-    from grpo_plugin.server import WORKER_EXTENSION
-
-    if qualname == WORKER_EXTENSION:
-        return True
-    if not qualname or "." not in qualname:
-        return False
-    try:
-        import importlib
-
-        from grpo_plugin.serve.worker_ext import GRPOWorkerExtension
-
-        module, _, name = qualname.rpartition(".")
-        cls = getattr(importlib.import_module(module), name)
-        return isinstance(cls, type) and issubclass(cls, GRPOWorkerExtension)
-    except Exception:  # not importable here: not ours
-        return False
-
-
 def _explain_rpc_failure(msg: str) -> str:
-    if "HTTP 404" in msg:
-        hint = ("the server has no dev-mode routes (/server_info, /collective_rpc): it was started without "
-                "VLLM_SERVER_DEV_MODE=1. Start it with `axolotl vllm-serve <config.yaml>` (the grpo_plugin serve "
-                "module sets it) or `grpo.managed_server: true`.")
-    else:
-        hint = "the in-place reload failed on the server (see the server log for its traceback)."
-    return f"grpo.sync=restart (reload): {hint} Server reply: {msg}"
+    return explain_rpc_failure("restart (reload)", msg, "the in-place reload failed on the server")
 
 
 class _ProcessRestart:

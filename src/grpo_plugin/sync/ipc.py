@@ -1,0 +1,226 @@
+"""`grpo.sync: ipc` — the trainer and the vLLM server share ONE copy of the weights; the optimizer step is the sync.
+
+The server (started for ipc: ipc/vllm_plugin.py) keeps every weight in one shared-memory file and computes with
+exactly those tensors. `prepare` maps that file in the trainer and makes every parameter of the trainer's model a
+view of it (ipc/layout.py: fused q/k/v and gate/up row slices, padded vocabulary, tied embeddings; anything
+unmapped is an error, never zero-filled). The trainer's initial values are written into the shared copy once,
+and its own copy is dropped. From then on `optimizer.step()` writes the server's weights in place.
+
+Ordering (`grpo.ipc_fence`), around every optimizer step, via the trainer's callbacks:
+- `trainer` (default): the trainer is the server's only client and generates synchronously, so no request is
+  in flight while the optimizer writes. The prefix-cache reset (KV computed with the old weights) runs in a
+  background thread *during* the step; the step waits for it only if it is slower than the step itself.
+- `server`: vLLM's own `/pause?mode=wait` before the step (in-flight requests finish on the old weights, new
+  ones are queued, the prefix cache is dropped) and `/resume` after it. For servers other clients also use.
+
+Every step ends with the probe (the trainer verifies before the next rollout, as for every mode). A server
+restart is detected (its worker is gone or its file was removed) and the trainer re-attaches to the new
+server's file, copying its current weights in, instead of training on an orphaned mapping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import psutil
+import torch
+from transformers import TrainerCallback
+
+from grpo_plugin.client import ServerError
+from grpo_plugin.ipc.layout import UnmappedParameterError, attach, check, views_from_layout
+from grpo_plugin.ipc.shm import map_manifest
+from grpo_plugin.sync.base import SyncError, SyncResult, explain_rpc_failure, require_worker_extension
+
+LOG = logging.getLogger("grpo_plugin")
+MANIFEST_METHOD = "grpo_ipc_manifest"
+FENCES = ("trainer", "server")
+
+
+class IpcSync:
+    mode = "ipc"
+    needs_initial_push = False  # the server computes with the trainer's own tensors from the start
+
+    def __init__(self, client, *, fence: str = "trainer", rpc_timeout: float = 300.0):
+        if fence not in FENCES:
+            raise ValueError(f"grpo.ipc_fence: {fence!r}; expected one of {', '.join(FENCES)}")
+        self.client, self.fence, self.rpc_timeout = client, fence, rpc_timeout
+        self._reset_client = type(client)(client.base_url, timeout=client.timeout)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-ipc-reset")
+        self._pending: Future | None = None
+        self._blocked_ms = 0.0  # trainer time spent on fencing since the last push
+        self._served: str | None = None
+        self._model = None
+        self.manifest: dict | None = None
+        self._fd: int | None = None
+        self.reattached = 0
+
+    @property
+    def generation_model(self) -> str:
+        if self._served is None:
+            self._served = self.client.base_model()
+        return self._served
+
+    # ---- attach ---------------------------------------------------------------------------------
+    def prepare(self, trainer) -> None:
+        if trainer.accelerator.num_processes > 1:
+            raise SyncError(
+                f"grpo.sync=ipc shares one copy of the weights between one trainer process and the server; "
+                f"this run has {trainer.accelerator.num_processes} trainer processes (each would write the same "
+                "memory). Use one process, or grpo.sync: restart / lora_sync."
+            )
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if hasattr(model, "peft_config"):
+            raise SyncError("grpo.sync=ipc shares full weights for full fine-tuning, but the trainer's model "
+                            "has a LoRA adapter. Use `grpo.sync: lora_sync`, or remove `adapter:`.")
+        self._model = model
+        _ = self.generation_model  # fail early if the server serves nothing
+        require_worker_extension(self.client, "ipc", "share its weights")
+        self._attach(self._fetch_manifest(), initial=True)
+        trainer.add_callback(_StepFence(self))
+
+    def _fetch_manifest(self) -> dict:
+        try:
+            results = self.client.collective_rpc(MANIFEST_METHOD, timeout=self.rpc_timeout)
+        except ServerError as exc:
+            raise SyncError(explain_rpc_failure("ipc", str(exc), "the server could not describe its weights")) \
+                from exc
+        if len(results) != 1 or not isinstance(results[0], dict):
+            raise SyncError(f"grpo.sync=ipc needs exactly one vLLM worker (tensor_parallel_size 1); the server "
+                            f"answered {len(results)} worker manifest(s)")
+        manifest = results[0]
+        if manifest.get("error"):
+            raise SyncError(f"grpo.sync=ipc: {manifest['error']}. Start the server with `axolotl vllm-serve "
+                            "<config.yaml>` on a config with `grpo.sync: ipc`, or `grpo.managed_server: true`.")
+        if manifest.get("hf_error"):
+            raise UnmappedParameterError(f"grpo.sync=ipc: the server's weights cannot be mapped to the trainer's "
+                                         f"model: {manifest['hf_error']}")
+        return manifest
+
+    def _attach(self, manifest: dict, *, initial: bool) -> None:
+        """Make every trainer parameter a view of the server's shared tensors, writing the trainer's current
+        values into them first (the trainer's weights are the truth: its own load, or steps already taken)."""
+        model = self._model
+        try:
+            views = views_from_layout(manifest["hf"], map_manifest(manifest))
+        except (FileNotFoundError, ValueError) as exc:
+            raise SyncError(f"grpo.sync=ipc: {exc}") from exc
+        params = dict(model.named_parameters(remove_duplicate=False))
+        dtypes = {str(p.dtype) for p in params.values()} - {str(v.dtype) for v in views.values()}
+        if dtypes:
+            served = sorted({str(v.dtype) for v in views.values()})
+            raise SyncError(f"grpo.sync=ipc: the trainer's model is in {sorted(dtypes)} but the server holds "
+                            f"{served}; one shared copy needs one dtype. Set `vllm.dtype` to the trainer's "
+                            "(or leave it unset: the plugin then passes the trainer's dtype).")
+        check(model, views)  # names every unmapped / mis-shaped parameter; nothing is written on failure
+        copied, largest = 0, 0.0
+        with torch.no_grad():
+            done = set()
+            for name, p in params.items():
+                view = views[name]
+                if id(view) in done:
+                    continue
+                done.add(id(view))
+                if initial and p.numel():
+                    largest = max(largest, float((view - p.data).abs().max()))
+                view.copy_(p.data)
+                copied += p.numel() * p.element_size()
+        if initial:
+            attach(model, views)  # new Parameters (no optimizer exists yet); the trainer's own copy is freed
+            if largest > 0:
+                LOG.warning("grpo_plugin: ipc: the trainer's initial weights differed from the server's "
+                            "(max |Δ| %.3g); the shared copy now holds the trainer's", largest)
+        else:  # keep the Parameter objects (the optimizer's state is keyed by them); move their storage
+            for name, p in params.items():
+                p.data = views[name]
+        count = len(params)
+        del params
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = os.open(manifest["file"], os.O_RDONLY)
+        self.manifest = manifest
+        self.client.reset_prefix_cache()
+        LOG.info("grpo_plugin: ipc: %d parameters attached to %s (%.1f MiB shared with vLLM worker pid %s)",
+                 count, manifest["file"], copied / 2**20, manifest.get("worker_pid"))
+
+    def orphaned(self) -> str | None:
+        """Why the mapping no longer belongs to a live server (its file was removed, its worker is gone)."""
+        if self._fd is None or self.manifest is None:
+            return None
+        if os.fstat(self._fd).st_nlink == 0:
+            return f"its weight file {self.manifest['file']} was removed"
+        pid = self.manifest.get("worker_pid")
+        if pid and not psutil.pid_exists(pid):
+            return f"its worker process {pid} is gone"
+        return None
+
+    def ensure_attached(self) -> None:
+        why = self.orphaned()
+        if why is None:
+            return
+        LOG.warning("grpo_plugin: ipc: the vLLM server was restarted (%s); re-attaching to the new server",
+                    why)
+        try:
+            manifest = self._fetch_manifest()
+        except SyncError as exc:
+            raise SyncError(f"grpo.sync=ipc: the server the trainer shared weights with is gone ({why}) and no "
+                            f"new one answers at {self.client.base_url}: {exc}. Training stops rather than "
+                            "continue on an orphaned copy.") from exc
+        self._attach(manifest, initial=False)
+        self.reattached += 1
+
+    # ---- the fence around optimizer.step() --------------------------------------------------------
+    def before_step(self) -> None:
+        t0 = time.perf_counter()
+        self.ensure_attached()
+        if self.fence == "server":
+            try:
+                self.client.pause(mode="wait", clear_cache=True)
+            except ServerError as exc:
+                raise SyncError(explain_rpc_failure("ipc", str(exc), "pausing generation failed")) from exc
+        else:  # nothing of ours is in flight: the reset may run while the optimizer writes
+            self._pending = self._pool.submit(self._reset_client.reset_prefix_cache)
+        self._blocked_ms += (time.perf_counter() - t0) * 1e3
+
+    def after_step(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            if self.fence == "server":
+                self.client.resume()
+            elif self._pending is not None:
+                pending, self._pending = self._pending, None
+                pending.result()
+        except ServerError as exc:
+            raise SyncError(explain_rpc_failure("ipc", str(exc), "the post-step cache reset / resume failed")) \
+                from exc
+        self._blocked_ms += (time.perf_counter() - t0) * 1e3
+
+    def push(self, step: int) -> SyncResult:
+        """Nothing to copy: the weights are already the server's. Reports the fencing time since the last push
+        (and re-attaches first if the server was restarted in between)."""
+        self.ensure_attached()
+        ms, self._blocked_ms = self._blocked_ms, 0.0
+        return SyncResult(step=step, sync_ms=ms)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._pending is not None:
+                self._pending.result(timeout=30)
+        self._pool.shutdown(wait=True)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class _StepFence(TrainerCallback):
+    def __init__(self, sync: IpcSync):
+        self.sync = sync
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.sync.before_step()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.sync.after_step()
