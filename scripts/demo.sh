@@ -5,11 +5,12 @@
 #   are verified.
 #     ./scripts/demo.sh                 lora_sync: a LoRA adapter, hot-swapped into the server
 #     ./scripts/demo.sh restart         restart: full fine-tuning, the server reloads the weights in place
+#     ./scripts/demo.sh ipc             ipc: full fine-tuning, trainer and server share one copy of the weights
 # Further arguments go to `axolotl train`.
 set -euo pipefail
 MODE=lora_sync
 case "${1:-}" in
-  lora_sync|restart) MODE="$1"; shift ;;
+  lora_sync|restart|ipc) MODE="$1"; shift ;;
 esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

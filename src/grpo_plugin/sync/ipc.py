@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -143,8 +144,9 @@ class IpcSync:
         self._fd = os.open(manifest["file"], os.O_RDONLY)
         self.manifest = manifest
         self.client.reset_prefix_cache()
-        LOG.info("grpo_plugin: ipc: %d parameters attached to %s (%.1f MiB shared with vLLM worker pid %s)",
-                 count, manifest["file"], copied / 2**20, manifest.get("worker_pid"))
+        print(f"[grpo_plugin] ipc: {count} parameters attached to {manifest['file']} ({copied / 2**20:.1f} MiB "
+              f"shared with vLLM worker pid {manifest.get('worker_pid')}); the trainer holds no copy of its own",
+              file=sys.stderr, flush=True)
 
     def orphaned(self) -> str | None:
         """Why the mapping no longer belongs to a live server (its file was removed, its worker is gone)."""
