@@ -2,6 +2,7 @@
 
     python -m grpo_plugin.bench sync --mode lora_sync [--model DIR] [--repeats 30] [--json]
     python -m grpo_plugin.bench sync --mode restart [--sizes tiny,100m] [--repeats 20] [--process-repeats 3]
+    python -m grpo_plugin.bench ipc [--sizes tiny,100m] [--repeats 20]   (see grpo_plugin/bench_ipc.py)
 
 `sync`: in ONE run, on the same model, adapter and vLLM server, measures the trainer-visible pause of
   - ours: grpo_plugin's `lora_sync` push (adapter tensors -> /dev/shm, `/v1/load_lora_adapter` load_inplace,
@@ -324,7 +325,18 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--lora-r", type=int, default=16)
     s.add_argument("--port", type=int, default=None)
     s.add_argument("--json", action="store_true", help="print one JSON object")
+    i = sub.add_parser("ipc", help="ipc vs restart vs lora_sync: sync pause, memory (PSS), decode throughput")
+    i.add_argument("--sizes", default="tiny,100m", help="model sizes to build (tiny, 100m)")
+    i.add_argument("--repeats", type=int, default=20, help="syncs per mode and model")
+    i.add_argument("--eager-only", action="store_true", help="skip the torch.compile'd servers")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
+    if args.cmd == "ipc":
+        from grpo_plugin import bench_ipc
+
+        out = bench_ipc.run([x for x in args.sizes.split(",") if x], args.repeats, compiled=not args.eager_only)
+        print(json.dumps(out)) if args.json else bench_ipc.report(out)
+        return
     if args.mode == "restart":
         out = bench_restart([x for x in args.sizes.split(",") if x], args.repeats, args.process_repeats,
                             args.axolotl_repeats, args.port)

@@ -78,6 +78,15 @@ def test_ipc_defaults_and_server_spec(base_cfg, tmp_path):
     assert "GRPO_IPC_EXPORT" not in spec.env(base={})
 
 
+def test_ipc_on_a_cuda_machine_is_refused(base_cfg, tmp_path, monkeypatch):
+    import grpo_plugin.server
+
+    monkeypatch.setattr(grpo_plugin.server, "cuda_available", lambda: True)
+    _ipc(base_cfg)
+    with pytest.raises(ValidationError, match="CUDA IPC is not implemented in this version"):
+        load(base_cfg, tmp_path)
+
+
 def test_empty_grpo_block_gets_defaults(base_cfg, tmp_path):
     base_cfg.pop("grpo")
     cfg = load(base_cfg, tmp_path)

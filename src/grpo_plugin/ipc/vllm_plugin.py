@@ -33,10 +33,10 @@ def register() -> None:
     layer_utils._grpo_ipc_patched = True
     from grpo_plugin.ipc import gemm
 
-    linear = gemm.pick()
+    gemm.pick()  # a bad GRPO_IPC_GEMM fails here, before the model loads
 
     def keep_plain_weight(layer, remove_weight: bool) -> None:
-        layer.cpu_linear = linear  # reads layer.weight (the shared tensor) on every call
+        layer.cpu_linear = gemm.pick(weight=layer.weight)  # reads layer.weight (the shared tensor) on every call
 
     layer_utils.dispatch_cpu_unquantized_gemm = keep_plain_weight
     original_load = BaseModelLoader.load_model

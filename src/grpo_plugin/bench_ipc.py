@@ -1,0 +1,304 @@
+"""The ipc benchmark (prints figures; never a timed test).
+
+    python -m grpo_plugin.bench ipc [--sizes tiny,100m] [--repeats 20] [--json]
+
+In ONE run, per model size (built locally, fp32, vLLM-CPU, eager):
+- sync pause, side by side: what generation waits for per optimizer step beyond the write itself —
+  `ipc` (fence `trainer`: the prefix-cache reset overlapping the write; fence `server`: vLLM /pause + /resume),
+  `restart` (reload) and `lora_sync` (r=16, all linear layers), every sync followed by the post-sync probe;
+- memory: summed PSS (smaps) of the server's process tree + a trainer process after 2 AdamW steps (optimizer
+  states allocated), `ipc` vs `restart`; the trainer runs in its own process so nothing else is counted;
+- decode throughput: greedy /v1/completions, 8 prompts x 64 new tokens, best of 3, on the stock server
+  (prepacked oneDNN GEMMs) vs the ipc server (plain shared weights; GEMM `onednn` and `linear`); then, unless
+  --eager-only, torch.compile'd stock vs ipc (onednn) servers, with 3 verified ipc writes on the compiled one.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+
+ns = SimpleNamespace
+
+
+def _server(model_dir: str, tmp: Path, name: str, **spec):
+    from grpo_plugin.bench import _free_port
+    from grpo_plugin.client import VLLMServerClient
+    from grpo_plugin.server import ServerSpec, VLLMServerProcess
+
+    spec = ServerSpec(model=model_dir, port=_free_port(), dtype="float32", max_model_len=512,
+                      **{"enable_lora": False, "enforce_eager": True, **spec})
+    server = VLLMServerProcess(spec, log_path=tmp / f"vllm-{name}.log")
+    server.start()
+    client = VLLMServerClient(spec.base_url, timeout=600)
+    try:
+        server.wait_healthy(900, client.healthy)
+    except BaseException:
+        server.stop()
+        raise
+    return server, client
+
+
+def pss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_full_info().pss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+def _tree(pid: int) -> list[int]:
+    root = psutil.Process(pid)
+    return [pid, *(p.pid for p in root.children(recursive=True))]
+
+
+def _stats(values: list[float], diffs: list[float]) -> dict:
+    from grpo_plugin.bench import _pct
+
+    return {"median_ms": round(statistics.median(values), 2), "p90_ms": round(_pct(values, 0.9), 2),
+            "max_logprob_diff": max(diffs), "verified": all(d <= 1e-4 for d in diffs), "n": len(values)}
+
+
+def _trainer(model):
+    return ns(model=model, callbacks=[], add_callback=lambda cb: None,
+              accelerator=ns(unwrap_model=lambda m: m, num_processes=1))
+
+
+def _load(model_dir: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+
+
+def pause_ipc(client, model_dir: str, repeats: int, fence: str) -> dict:
+    """The write happens inside the fence (as optimizer.step() does); the pause is the fencing time."""
+    from grpo_plugin.bench import _perturb, _probe_ids
+    from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.ipc import IpcSync
+
+    model = _load(model_dir)
+    sync = IpcSync(client, fence=fence)
+    sync.prepare(_trainer(model))
+    verifier = ProbeVerifier(client, _probe_ids(model_dir), tolerance=1e-4, mode="ipc")
+    ms, diffs = [], []
+    for i in range(repeats + 1):
+        sync.before_step()
+        _perturb(model, seed=i, scale=0.01)
+        sync.after_step()
+        result = sync.push(i)
+        diff, _ = verifier.measure(model, sync.generation_model)
+        if i:
+            ms.append(result.sync_ms)
+            diffs.append(diff)
+    sync.close()
+    del model
+    gc.collect()
+    return _stats(ms, diffs)
+
+
+def pause_push(sync, model, client, model_dir: str, repeats: int, only: str = "") -> dict:
+    from grpo_plugin.bench import _perturb, _probe_ids
+    from grpo_plugin.sync import ProbeVerifier
+
+    sync.prepare(_trainer(model))
+    verifier = ProbeVerifier(client, _probe_ids(model_dir), tolerance=1e-4, mode=sync.mode)
+    ms, diffs = [], []
+    for i in range(repeats + 1):
+        _perturb(model, seed=i, scale=0.01, only=only)
+        t0 = time.perf_counter()
+        sync.push(i)
+        pause = (time.perf_counter() - t0) * 1e3
+        diff, _ = verifier.measure(model, sync.generation_model)
+        if i:
+            ms.append(pause)
+            diffs.append(diff)
+    sync.close()
+    return _stats(ms, diffs)
+
+
+def decode_tps(client, model_dir: str, repeats: int = 3, prompts: int = 8, tokens: int = 64) -> float:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    ids = [tok(f"prompt {i}: the numbers are {i * 7} and", add_special_tokens=False)["input_ids"]
+           for i in range(prompts)]
+    model = client.base_model()
+    client.generate(ids, model=model, n=1, max_tokens=8, temperature=0.0)  # warm-up
+    best = 0.0
+    for _ in range(repeats):
+        client.reset_prefix_cache()
+        t0 = time.perf_counter()
+        out = client.generate(ids, model=model, n=1, max_tokens=tokens, temperature=0.0,
+                              extra={"ignore_eos": True})
+        secs = time.perf_counter() - t0
+        best = max(best, sum(len(c[0].token_ids) for c in out) / secs)
+    return round(best, 1)
+
+
+def memory(mode: str, model_dir: str, base_url: str, server_pid: int) -> dict:
+    """In a fresh trainer process: attach (ipc) or load + push (restart), 2 AdamW steps with real backward,
+    then the summed PSS of this process and the server's tree."""
+    out = subprocess.run([sys.executable, "-m", "grpo_plugin.bench_ipc", "_memory", mode, model_dir, base_url,
+                          str(server_pid)], capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"memory phase ({mode}) failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: int) -> dict:
+    import os
+
+    import torch
+
+    from grpo_plugin.bench import _probe_ids
+    from grpo_plugin.client import VLLMServerClient
+    from grpo_plugin.sync import ProbeVerifier
+
+    client = VLLMServerClient(base_url, timeout=600)
+    model = _load(model_dir)
+    if mode == "ipc":
+        from grpo_plugin.sync.ipc import IpcSync
+
+        sync = IpcSync(client)
+    else:
+        from grpo_plugin.sync.restart import RestartSync
+
+        sync = RestartSync(client, strategy="reload")
+    trainer = _trainer(model)
+    sync.prepare(trainer)
+    model = trainer.model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.tensor([_probe_ids(model_dir) * 4])
+    verifier = ProbeVerifier(client, _probe_ids(model_dir), tolerance=1e-4, mode=sync.mode)
+    diffs = []
+    for step in range(2):
+        model(ids, labels=ids).loss.backward()
+        if mode == "ipc":
+            sync.before_step()
+        opt.step()
+        if mode == "ipc":
+            sync.after_step()
+        opt.zero_grad(set_to_none=True)
+        diffs.append(verifier.measure(model, sync.generation_model)[0] if mode == "ipc" else
+                     verifier.verify(model, sync.generation_model, sync.push(step)).logprob_diff)
+    gc.collect()
+    trainer_mb, server_mb = pss_mb([os.getpid()]), pss_mb(_tree(server_pid))
+    # restart keeps the last pushed checkpoint in its sync dir (tmpfs: RAM that no process maps)
+    storage = getattr(sync, "storage", None)
+    files_mb = sum(f.stat().st_size for f in storage.path.glob("*") if f.is_file()) / 2**20 if storage else 0.0
+    n = sum(p.numel() for p in model.parameters())
+    result = {"trainer_pss_mb": round(trainer_mb, 1), "server_pss_mb": round(server_mb, 1),
+              "sync_files_mb": round(files_mb, 1), "total_pss_mb": round(trainer_mb + server_mb + files_mb, 1),
+              "weights_mb": round(n * 4 / 2**20, 1), "max_logprob_diff": max(diffs)}
+    sync.close()
+    return result
+
+
+def run(sizes: list[str], repeats: int, compiled: bool = True) -> dict:
+    from peft import LoraConfig, get_peft_model
+
+    from grpo_plugin.sync.lora import LoraSync
+    from grpo_plugin.sync.restart import RestartSync
+    from grpo_plugin.tiny import MODEL_SIZES, build_model
+
+    tmp = Path(tempfile.mkdtemp(prefix="grpo_bench_ipc-"))
+    out: dict = {"benchmark": "ipc", "repeats": repeats, "models": {}}
+    try:
+        for size in sizes:
+            model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
+            res: dict = {"pause": {}, "memory": {}, "decode_tok_s": {}}
+            print(f"[bench] {size}: stock server (restart reload, decode, memory)", file=sys.stderr, flush=True)
+            server, client = _server(model_dir, tmp, f"{size}-stock")
+            try:
+                res["memory"]["restart"] = memory("restart", model_dir, client.base_url, server.pid)
+                res["pause"]["restart_reload"] = pause_push(RestartSync(client, strategy="reload"),
+                                                            _load(model_dir), client, model_dir, repeats)
+                res["decode_tok_s"]["stock_prepacked"] = decode_tps(client, model_dir)
+            finally:
+                server.stop()
+            for gemm in ("onednn", "linear"):
+                print(f"[bench] {size}: ipc server, GEMM {gemm}", file=sys.stderr, flush=True)
+                server, client = _server(model_dir, tmp, f"{size}-ipc-{gemm}", ipc=True, ipc_gemm=gemm)
+                try:
+                    if gemm == "onednn":
+                        res["memory"]["ipc"] = memory("ipc", model_dir, client.base_url, server.pid)
+                        res["pause"]["ipc_fence_trainer"] = pause_ipc(client, model_dir, repeats, "trainer")
+                        res["pause"]["ipc_fence_server"] = pause_ipc(client, model_dir, repeats, "server")
+                    res["decode_tok_s"][f"ipc_{gemm}"] = decode_tps(client, model_dir)
+                finally:
+                    server.stop()
+            if compiled:  # torch.compile'd servers: decode, and (ipc) writes verified through the compiled graph
+                for name, extra in (("stock", {}), ("ipc_onednn", {"ipc": True})):
+                    print(f"[bench] {size}: compiled {name} server", file=sys.stderr, flush=True)
+                    server, client = _server(model_dir, tmp, f"{size}-compiled-{name}", enforce_eager=False, **extra)
+                    try:
+                        res["decode_tok_s"][f"compiled_{name}"] = decode_tps(client, model_dir)
+                        if extra:
+                            res["pause"]["ipc_compiled"] = pause_ipc(client, model_dir, 3, "trainer")
+                    finally:
+                        server.stop()
+            print(f"[bench] {size}: LoRA server (lora_sync r=16)", file=sys.stderr, flush=True)
+            server, client = _server(model_dir, tmp, f"{size}-lora", enable_lora=True, max_lora_rank=16)
+            try:
+                model = get_peft_model(_load(model_dir), LoraConfig(
+                    r=16, lora_alpha=32, lora_dropout=0.0,
+                    target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+                res["pause"]["lora_sync"] = pause_push(LoraSync(client, adapter_name="bench"), model, client,
+                                                       model_dir, repeats, only="lora_B")
+            finally:
+                server.stop()
+            mem = res["memory"]
+            res["memory"]["saved_mb"] = round(mem["restart"]["total_pss_mb"] - mem["ipc"]["total_pss_mb"], 1)
+            res["decode_ratio"] = {k: round(v / res["decode_tok_s"]["compiled_stock" if k.startswith("compiled")
+                                                                   else "stock_prepacked"], 3)
+                                   for k, v in res["decode_tok_s"].items()}
+            out["models"][size] = res
+    except BaseException:
+        print(f"benchmark failed; server logs kept in {tmp}", file=sys.stderr)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def report(out: dict) -> None:
+    print(f"ipc benchmark · {out['repeats']} syncs per mode · fp32 · vLLM-CPU eager · one server per mode/model")
+    for size, r in out["models"].items():
+        m = r["memory"]
+        print(f"  model {size}: weights {m['ipc']['weights_mb']} MB")
+        for key, label in (("ipc_fence_trainer", "ipc (fence trainer)"), ("ipc_fence_server", "ipc (fence server)"),
+                           ("ipc_compiled", "ipc (compiled server)"), ("restart_reload", "restart (reload)"),
+                           ("lora_sync", "lora_sync (r=16)")):
+            x = r["pause"].get(key)
+            if x is None:
+                continue
+            print(f"    pause {label:22s} median {x['median_ms']:9.2f} ms  p90 {x['p90_ms']:9.2f} ms  "
+                  f"max|Δ| {x['max_logprob_diff']:.1e}  verified {x['verified']}")
+        for mode in ("ipc", "restart"):
+            x = m[mode]
+            print(f"    memory {mode:8s} PSS trainer {x['trainer_pss_mb']:8.1f} + server {x['server_pss_mb']:8.1f} "
+                  f"+ sync files {x['sync_files_mb']:6.1f} = {x['total_pss_mb']:8.1f} MB  "
+                  f"(probe max|Δ| {x['max_logprob_diff']:.1e})")
+        print(f"    memory saved by ipc: {m['saved_mb']:.1f} MB ({m['saved_mb'] / m['ipc']['weights_mb']:.2f} x the "
+              "weights)")
+        for k, v in r["decode_tok_s"].items():
+            base = "compiled stock" if k.startswith("compiled") else "stock"
+            print(f"    decode {k:20s} {v:8.1f} tok/s  ({r['decode_ratio'][k]:.2f} x {base})")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "_memory":
+        print(json.dumps(_memory_phase(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))))
