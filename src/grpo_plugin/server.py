@@ -307,6 +307,22 @@ class VLLMServerProcess:
             self.ipc_dir = None
 
 
+def launch(spec: ServerSpec, log_path: str | Path | None = None, timeout: float = 300.0,
+           client_timeout: float = 120.0):
+    """Start a server and wait for its /health: (server, client). A server that never gets healthy is stopped."""
+    from grpo_plugin.client import VLLMServerClient
+
+    server = VLLMServerProcess(spec, log_path=log_path)
+    server.start()
+    client = VLLMServerClient(spec.base_url, timeout=client_timeout)
+    try:
+        server.wait_healthy(timeout, client.healthy)
+    except BaseException:
+        server.stop()
+        raise
+    return server, client
+
+
 def spec_from_cfg(cfg, **overrides) -> ServerSpec:
     """Server settings from the validated axolotl config (`base_model`, `vllm:`, `lora_r`); CLI overrides win."""
     vllm = cfg.get("vllm") or {}

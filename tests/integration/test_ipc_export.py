@@ -18,7 +18,7 @@ import torch
 
 from grpo_plugin import probe
 from grpo_plugin.ipc.layout import UnmappedParameterError
-from grpo_plugin.server import ServerSpec, VLLMServerProcess
+from grpo_plugin.server import ServerSpec, launch
 from grpo_plugin.sync import ProbeVerifier
 from grpo_plugin.sync.base import SyncError
 from grpo_plugin.sync.ipc import IpcSync
@@ -29,15 +29,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def ipc_server(tiny_model_dir, cache_env, tmp_path_factory):
-    from grpo_plugin.client import VLLMServerClient
-
     spec = ServerSpec(model=str(tiny_model_dir), port=free_port(), dtype="float32", max_model_len=512,
                       enforce_eager=True, enable_lora=False, ipc=True)
-    server = VLLMServerProcess(spec, log_path=tmp_path_factory.mktemp("logs") / "ipc.log")
-    server.start()
-    client = VLLMServerClient(spec.base_url, timeout=120)
+    server, client = launch(spec, tmp_path_factory.mktemp("logs") / "ipc.log")
     try:
-        server.wait_healthy(300, client.healthy)
         yield server, client
     finally:
         export_dir = server.ipc_dir.path if server.ipc_dir else None

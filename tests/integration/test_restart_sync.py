@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from grpo_plugin import probe
-from grpo_plugin.server import ServerSpec, VLLMServerProcess, port_in_use
+from grpo_plugin.server import ServerSpec, launch, port_in_use
 from grpo_plugin.sync import ProbeVerifier
 from grpo_plugin.sync.restart import WEIGHTS_FILE, RestartSync, SyncError
 from tests.conftest import free_port
@@ -24,15 +24,9 @@ pytestmark = pytest.mark.integration
 
 
 def _start(model_dir: Path, log: Path):
-    from grpo_plugin.client import VLLMServerClient
-
     spec = ServerSpec(model=str(model_dir), port=free_port(), dtype="float32", max_model_len=512,
                       enforce_eager=True, enable_lora=False)
-    server = VLLMServerProcess(spec, log_path=log)
-    server.start()
-    client = VLLMServerClient(spec.base_url, timeout=120)
-    server.wait_healthy(300, client.healthy)
-    return server, client
+    return launch(spec, log)
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,7 @@ def test_config_validates_through_axolotl(path, load):
     assert cfg.rl == "grpo" and "grpo_plugin.GRPOPlugin" in cfg.plugins
     assert cfg.trainer_cls == "grpo_plugin.trainer.GRPOPluginTrainer"
     sync = cfg.grpo["sync"]
-    assert sync in ("lora_sync", "restart")
+    assert sync in ("lora_sync", "restart", "ipc")
     assert (cfg.adapter == "lora") is (sync == "lora_sync")
     # TRL: the generation batch (micro batch x steps x ranks) must hold whole groups, for any number of ranks
     assert cfg.micro_batch_size % cfg.trl.num_generations == 0
