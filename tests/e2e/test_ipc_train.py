@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -40,3 +41,31 @@ def test_quickstart_ipc_learns_on_one_shared_copy_and_verifies_every_step(tmp_pa
     assert len(gaps) == steps and max(gaps) < 1e-4, gaps  # rollouts come from exactly the trained weights
     assert gone(managed_pid(log), timeout=5)
     assert set(default_sync_root().glob("grpo_plugin-ipc-*")) <= before, "the shared weight file was left behind"
+
+
+def test_vllm_serve_then_train_with_the_server_fence(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    """Two terminals: `axolotl vllm-serve` exports the shared weights (its own file, removed at Ctrl-C) and
+    `axolotl train` attaches to them; every step is fenced with vLLM's /pause + /resume and verified."""
+    steps = 4
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_ipc.yaml", max_steps=steps,
+                           grpo={"managed_server": False, "ipc_fence": "server"})
+    serve_log, shared_dir = tmp_path / "serve.log", None
+    with open(serve_log, "wb") as fh:
+        serve = subprocess.Popen([str(BIN / "axolotl"), "vllm-serve", str(path)], cwd=ROOT, env=env(),
+                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        train = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
+                               capture_output=True, timeout=900)
+        assert train.returncode == 0, (train.stdout + train.stderr)[-5000:]
+        m = re.search(r"weights shared in (\S+)\)", serve_log.read_text())
+        assert m, serve_log.read_text()[-3000:]
+        shared_dir = Path(m.group(1))
+        assert any(shared_dir.glob("weights-*.bin")), "the serving server's shared file is missing"
+        recs = [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
+        assert len(recs) == steps and all(r["policy_lag"] == 0 for r in recs)
+        assert all(r["sync_logprob_diff"] is not None and r["sync_logprob_diff"] <= 1e-4 for r in recs), recs
+        assert all(r["sync_ms"] > 1.0 for r in recs[1:]), recs  # /pause + /resume happened around each step
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.wait(timeout=90)
+    assert shared_dir is not None and not shared_dir.exists(), "the shared weight file outlived the server"
