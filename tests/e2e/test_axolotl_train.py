@@ -46,6 +46,19 @@ def quickstart(tmp_path, tiny_model_dir, tiny_data_file, config="quickstart_lora
     return path, cfg
 
 
+def start_vllm_serve(path: Path, log: Path) -> subprocess.Popen:
+    """Terminal 1: `axolotl vllm-serve <config>`, output to `log`, in its own session (Ctrl-C is ours to send)."""
+    with log.open("w") as fh:
+        return subprocess.Popen([str(BIN / "axolotl"), "vllm-serve", str(path)], cwd=ROOT, env=env(),
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def train(path: Path) -> subprocess.CompletedProcess:
+    """Terminal 2: `axolotl train <config>`."""
+    return subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
+                          capture_output=True, timeout=900)
+
+
 def managed_pid(log: str) -> int:
     m = re.search(r"started managed vLLM server pid (\d+)", log)
     assert m, f"no managed server start line in:\n{log[-3000:]}"
@@ -117,14 +130,11 @@ def test_vllm_serve_then_train_two_terminals(tmp_path, tiny_model_dir, tiny_data
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
                            grpo={"managed_server": False, "sync_interval": 2})
     serve_log = tmp_path / "serve.log"
-    with serve_log.open("w") as fh:
-        serve = subprocess.Popen([str(BIN / "axolotl"), "vllm-serve", str(path)], cwd=ROOT, env=env(),
-                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    serve = start_vllm_serve(path, serve_log)
     try:
         # `axolotl train` waits for the server itself (with a progress line) — start it right away
-        train = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
-                               capture_output=True, timeout=900)
-        assert train.returncode == 0, (train.stdout + train.stderr)[-5000:]
+        proc = train(path)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
         recs = [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
         assert len(recs) == steps
         # sync_interval 2: pushes before steps 1, 3, 5 (global steps 0, 2, 4); the others train on 1-step-old

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from grpo_plugin.sync.storage import default_sync_root
-from tests.conftest import ROOT
-from tests.e2e.test_axolotl_train import BIN, env, gone, managed_pid, quickstart
+from tests.e2e.test_axolotl_train import gone, managed_pid, quickstart, start_vllm_serve, train
 
 pytestmark = pytest.mark.e2e
 
@@ -23,8 +21,7 @@ def test_quickstart_ipc_learns_on_one_shared_copy_and_verifies_every_step(tmp_pa
     before = set(default_sync_root().glob("grpo_plugin-ipc-*"))
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_ipc.yaml", max_steps=steps)
     assert cfg["grpo"]["sync"] == "ipc" and "adapter" not in cfg
-    proc = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
-                          capture_output=True, timeout=900)
+    proc = train(path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
     assert re.search(r"ipc: \d+ parameters attached to .*the trainer holds no copy of its own", log)
@@ -50,13 +47,10 @@ def test_vllm_serve_then_train_with_the_server_fence(tmp_path, tiny_model_dir, t
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_ipc.yaml", max_steps=steps,
                            grpo={"managed_server": False, "ipc_fence": "server"})
     serve_log, shared_dir = tmp_path / "serve.log", None
-    with open(serve_log, "wb") as fh:
-        serve = subprocess.Popen([str(BIN / "axolotl"), "vllm-serve", str(path)], cwd=ROOT, env=env(),
-                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    serve = start_vllm_serve(path, serve_log)
     try:
-        train = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
-                               capture_output=True, timeout=900)
-        assert train.returncode == 0, (train.stdout + train.stderr)[-5000:]
+        proc = train(path)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
         m = re.search(r"weights shared in (\S+)\)", serve_log.read_text())
         assert m, serve_log.read_text()[-3000:]
         shared_dir = Path(m.group(1))

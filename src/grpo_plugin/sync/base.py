@@ -161,3 +161,12 @@ def require_worker_extension(client: VLLMServerClient, mode: str, purpose: str) 
             f"not {WORKER_EXTENSION!r}, so it cannot {purpose}. Start it with `axolotl vllm-serve "
             "<config.yaml>` (grpo_plugin's serve module adds it) or `grpo.managed_server: true`."
         )
+
+
+def full_weight_model(trainer, mode: str):
+    """The trainer's unwrapped model for a full-weight mode; a LoRA model is refused with the way out."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if hasattr(model, "peft_config"):
+        raise SyncError(f"grpo.sync={mode} syncs full weights for full fine-tuning, but the trainer's model has a "
+                        "LoRA adapter. Use `grpo.sync: lora_sync` for adapters, or remove `adapter:`.")
+    return model

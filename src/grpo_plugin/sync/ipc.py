@@ -34,7 +34,13 @@ from transformers import TrainerCallback
 from grpo_plugin.client import ServerError
 from grpo_plugin.ipc.layout import UnmappedParameterError, attach, check, views_from_layout
 from grpo_plugin.ipc.shm import map_manifest
-from grpo_plugin.sync.base import SyncError, SyncResult, explain_rpc_failure, require_worker_extension
+from grpo_plugin.sync.base import (
+    SyncError,
+    SyncResult,
+    explain_rpc_failure,
+    full_weight_model,
+    require_worker_extension,
+)
 
 LOG = logging.getLogger("grpo_plugin")
 MANIFEST_METHOD = "grpo_ipc_manifest"
@@ -73,11 +79,7 @@ class IpcSync:
                 f"this run has {trainer.accelerator.num_processes} trainer processes (each would write the same "
                 "memory). Use one process, or grpo.sync: restart / lora_sync."
             )
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        if hasattr(model, "peft_config"):
-            raise SyncError("grpo.sync=ipc shares full weights for full fine-tuning, but the trainer's model "
-                            "has a LoRA adapter. Use `grpo.sync: lora_sync`, or remove `adapter:`.")
-        self._model = model
+        self._model = full_weight_model(trainer, self.mode)
         _ = self.generation_model  # fail early if the server serves nothing
         require_worker_extension(self.client, "ipc", "share its weights")
         self._attach(self._fetch_manifest(), initial=True)

@@ -26,6 +26,7 @@ from grpo_plugin.sync.base import (
     SyncError,
     SyncResult,
     explain_rpc_failure,
+    full_weight_model,
     require_worker_extension,
 )
 from grpo_plugin.sync.storage import SyncDir
@@ -179,11 +180,7 @@ class RestartSync:
         return self.storage.path
 
     def prepare(self, trainer) -> None:
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        if hasattr(model, "peft_config"):
-            raise ValueError("grpo.sync=restart syncs full weights, but the trainer's model has a LoRA adapter. "
-                             "Use `grpo.sync: lora_sync` for adapters, or remove `adapter:`.")
-        self._model = model
+        self._model = model = full_weight_model(trainer, self.mode)
         _ = self.generation_model  # fail early if the server serves nothing
         self.strategy.prepare(model, self.storage.path)
 
