@@ -168,6 +168,7 @@ class IpcSync:
         LOG.warning("grpo_plugin: ipc: the vLLM server was restarted (%s); re-attaching to the new server",
                     why)
         try:
+            require_worker_extension(self.client, "ipc", "share its weights")  # before any RPC to the new server
             manifest = self._fetch_manifest()
         except SyncError as exc:
             raise SyncError(f"grpo.sync=ipc: the server the trainer shared weights with is gone ({why}) and no "
