@@ -232,16 +232,20 @@ def _check_ipc(data: dict) -> None:
     if want and have not in (None, "auto") and str(have).removeprefix("torch.") not in aliases.get(want, (want,)):
         problems.append(f"`vllm.dtype: {have}` but the trainer trains in {want}: one shared copy has one dtype. "
                         "Remove vllm.dtype (the plugin passes the trainer's dtype) or change the precision keys.")
-    if data.get("deepspeed") or data.get("fsdp") or data.get("fsdp_config") or data.get("fsdp_version"):
+    if data.get("deepspeed") or _uses_fsdp(data):
         problems.append("`deepspeed` / `fsdp`: they flatten, shard or copy the parameters, which would detach the "
                         "trainer from the shared copy. Remove them (ipc runs one trainer process).")
     if problems:
         raise ValueError("grpo.sync: ipc cannot be used with this config:\n  - " + "\n  - ".join(problems))
 
 
+def _uses_fsdp(data: dict) -> bool:
+    return bool(data.get("fsdp") or data.get("fsdp_config") or data.get("fsdp_version"))
+
+
 def _sharded_trainer(data: dict) -> str | None:
     """'DeepSpeed ZeRO-3 (<file>)' / 'FSDP' if the trainer shards its parameters, else None."""
-    if data.get("fsdp") or data.get("fsdp_config") or data.get("fsdp_version"):
+    if _uses_fsdp(data):
         return "FSDP (`fsdp` / `fsdp_config`)"
     ds = data.get("deepspeed")
     if not ds:

@@ -16,6 +16,7 @@ probe measures whether the server really serves the new adapter (mean |Δlogp| v
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import socket
@@ -31,6 +32,18 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def scratch(prefix: str):
+    """A temporary directory for models and server logs: removed after success, kept (and named) on failure."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield tmp
+    except BaseException:
+        print(f"benchmark failed; server logs kept in {tmp}", file=sys.stderr)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _probe_ids(model_dir: str) -> list[int]:
@@ -226,11 +239,10 @@ def bench_restart(sizes: list[str], repeats: int, process_repeats: int, axolotl_
     from grpo_plugin.sync.restart import RestartSync
     from grpo_plugin.tiny import MODEL_SIZES, build_model
 
-    tmp = Path(tempfile.mkdtemp(prefix="grpo_bench-"))
     out: dict = {"benchmark": "sync", "mode": "restart", "repeats": repeats, "process_repeats": process_repeats,
                  "axolotl_repeats": axolotl_repeats, "models": {}}
     ns = SimpleNamespace
-    try:
+    with scratch("grpo_bench-") as tmp:
         for size in sizes:
             model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
             spec = ServerSpec(model=model_dir, port=port or _free_port(), dtype="float32", max_model_len=512,
@@ -276,10 +288,6 @@ def bench_restart(sizes: list[str], repeats: int, process_repeats: int, axolotl_
                 out["models"][size] = res
             finally:
                 server.stop()
-    except BaseException:
-        print(f"benchmark failed; server logs kept in {tmp}", file=sys.stderr)
-        raise
-    shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

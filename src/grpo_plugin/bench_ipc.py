@@ -19,11 +19,9 @@ import contextlib
 import ctypes
 import gc
 import json
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -137,15 +135,16 @@ CONCURRENCY = (8, 32, 64)  # sequences decoded at once (a GRPO rollout: prompts 
 
 
 def decode(client, model_dir: str) -> dict:
-    return {str(n): decode_tps(client, model_dir, prompts=n) for n in CONCURRENCY}
-
-
-def decode_tps(client, model_dir: str, repeats: int = 3, prompts: int = 8, tokens: int = 64) -> float:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     ids = [tok(f"prompt {i}: the numbers are {i * 7} and", add_special_tokens=False)["input_ids"]
-           for i in range(prompts)]
+           for i in range(max(CONCURRENCY))]
+    return {str(n): decode_tps(client, ids[:n]) for n in CONCURRENCY}
+
+
+def decode_tps(client, ids: list[list[int]], repeats: int = 3, tokens: int = 64) -> float:
+    """Best of `repeats` greedy decodes of `tokens` new tokens for every prompt at once, in tokens/s."""
     model = client.base_model()
     client.generate(ids, model=model, n=1, max_tokens=8, temperature=0.0)  # warm-up
     best = 0.0
@@ -192,8 +191,9 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: int) -> 
     sync.prepare(trainer)
     model = trainer.model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.tensor([_probe_ids(model_dir) * 4])
-    verifier = ProbeVerifier(client, _probe_ids(model_dir), tolerance=1e-4, mode=sync.mode)
+    probe_ids = _probe_ids(model_dir)
+    ids = torch.tensor([probe_ids * 4])
+    verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode=sync.mode)
     diffs = []
     for step in range(2):
         model(ids, labels=ids).loss.backward()
@@ -224,13 +224,13 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: int) -> 
 def run(sizes: list[str], repeats: int, compiled: bool = True) -> dict:
     from peft import LoraConfig, get_peft_model
 
+    from grpo_plugin.bench import scratch
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.sync.restart import RestartSync
     from grpo_plugin.tiny import MODEL_SIZES, build_model
 
-    tmp = Path(tempfile.mkdtemp(prefix="grpo_bench_ipc-"))
     out: dict = {"benchmark": "ipc", "repeats": repeats, "models": {}}
-    try:
+    with scratch("grpo_bench_ipc-") as tmp:
         for size in sizes:
             model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
             res: dict = {"pause": {}, "memory": {}, "decode_tok_s": {}}
@@ -281,10 +281,6 @@ def run(sizes: list[str], repeats: int, compiled: bool = True) -> dict:
                 k: {n: round(v / tps["compiled_stock" if k.startswith("compiled") else "stock_prepacked"][n], 3)
                     for n, v in by_n.items()} for k, by_n in tps.items()}
             out["models"][size] = res
-    except BaseException:
-        print(f"benchmark failed; server logs kept in {tmp}", file=sys.stderr)
-        raise
-    shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

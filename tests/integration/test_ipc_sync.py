@@ -140,7 +140,7 @@ def test_a_step_without_the_prefix_cache_reset_is_caught(attached, ipc_server, p
     _, client = ipc_server
     verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="ipc", max_len=512)
     verifier.verify(trainer.model, sync.generation_model, sync.push(10))  # caches the probe's prompt blocks
-    monkeypatch.setattr(sync._reset_client, "reset_prefix_cache", lambda: None)
+    monkeypatch.setattr(sync._reset.client, "reset_prefix_cache", lambda: None)
     sync.before_step()
     with torch.no_grad():
         trainer.model.model.embed_tokens.weight.mul_(1.5)

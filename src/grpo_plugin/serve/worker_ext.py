@@ -29,7 +29,7 @@ class GRPOWorkerExtension:
         if vllm_plugin.EXPORTED is None:
             return {"error": "this vLLM server does not share its weights: it was not started for grpo.sync: "
                              f"ipc ({vllm_plugin.ENV} unset, or the grpo_plugin_ipc vLLM plugin not loaded)"}
-        return dict(vllm_plugin.EXPORTED, worker_pid=os.getpid())
+        return vllm_plugin.EXPORTED  # its `pid` is this worker's: export() ran here
 
     def grpo_reload_weights(self, weights_path: str) -> dict:
         """Returns a report, or {"error": ...}: an exception escaping a collective_rpc method can kill vLLM

@@ -7,9 +7,10 @@ The trainer owns the loop and calls, in order: `prepare(trainer)` once, then `pu
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -46,23 +47,36 @@ class WeightSync(Protocol):
 
 
 class PrefixCacheReset:
-    """Resets the server's prefix cache beside a weight load, on a second client (own HTTP session) in one
-    worker thread. Safe because the trainer sends no generation request while a push runs: no request can see
-    the cache between the load and the reset, whichever finishes first."""
+    """Resets the server's prefix cache beside a weight write, on a second client (own HTTP session) in one
+    worker thread. Safe because the trainer sends no generation request while a push (or, for ipc, an optimizer
+    step) runs: no request can see the cache between the write and the reset, whichever finishes first."""
 
     def __init__(self, client: VLLMServerClient, name: str):
         self.client = type(client)(client.base_url, timeout=client.timeout)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"grpo-{name}-reset")
+        self._pending: Future | None = None
+
+    def start(self) -> None:
+        """Send the reset in the background (the write may start right away)."""
+        self._pending = self._pool.submit(self.client.reset_prefix_cache)
+
+    def wait(self) -> None:
+        """Wait for the reset started by `start()`; re-raise its failure."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def around(self, load: Callable[[], object]):
         """Run `load()` while the reset runs; re-raise a failed reset after the load; return load's result."""
-        reset = self._pool.submit(self.client.reset_prefix_cache)
+        self.start()
         try:
             return load()
         finally:
-            reset.result()
+            self.wait()
 
     def close(self) -> None:
+        with contextlib.suppress(Exception):  # a failed reset was already reported by wait(), or is moot now
+            self.wait()
         self._pool.shutdown(wait=True)
 
 

@@ -20,12 +20,10 @@ server's file, copying its current weights in, instead of training on an orphane
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import psutil
 import torch
@@ -35,6 +33,7 @@ from grpo_plugin.client import ServerError
 from grpo_plugin.ipc.layout import UnmappedParameterError, attach, check, views_from_layout
 from grpo_plugin.ipc.shm import map_manifest
 from grpo_plugin.sync.base import (
+    PrefixCacheReset,
     SyncError,
     SyncResult,
     explain_rpc_failure,
@@ -55,9 +54,7 @@ class IpcSync:
         if fence not in FENCES:
             raise ValueError(f"grpo.ipc_fence: {fence!r}; expected one of {', '.join(FENCES)}")
         self.client, self.fence, self.rpc_timeout = client, fence, rpc_timeout
-        self._reset_client = type(client)(client.base_url, timeout=client.timeout)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-ipc-reset")
-        self._pending: Future | None = None
+        self._reset = PrefixCacheReset(client, "ipc")
         self._blocked_ms = 0.0  # trainer time spent on fencing since the last push
         self._served: str | None = None
         self._model = None
@@ -139,15 +136,13 @@ class IpcSync:
         else:  # keep the Parameter objects (the optimizer's state is keyed by them); move their storage
             for name, p in params.items():
                 p.data = views[name]
-        count = len(params)
-        del params
         if self._fd is not None:
             os.close(self._fd)
         self._fd = os.open(manifest["file"], os.O_RDONLY)
         self.manifest = manifest
         self.client.reset_prefix_cache()
-        print(f"[grpo_plugin] ipc: {count} parameters attached to {manifest['file']} ({copied / 2**20:.1f} MiB "
-              f"shared with vLLM worker pid {manifest.get('worker_pid')}); the trainer holds no copy of its own",
+        print(f"[grpo_plugin] ipc: {len(params)} parameters attached to {manifest['file']} ({copied / 2**20:.1f} MiB "
+              f"shared with vLLM worker pid {manifest['pid']}); the trainer holds no copy of its own",
               file=sys.stderr, flush=True)
 
     def orphaned(self) -> str | None:
@@ -156,7 +151,7 @@ class IpcSync:
             return None
         if os.fstat(self._fd).st_nlink == 0:
             return f"its weight file {self.manifest['file']} was removed"
-        pid = self.manifest.get("worker_pid")
+        pid = self.manifest.get("pid")
         if pid and not psutil.pid_exists(pid):
             return f"its worker process {pid} is gone"
         return None
@@ -180,14 +175,13 @@ class IpcSync:
     # ---- the fence around optimizer.step() --------------------------------------------------------
     def before_step(self) -> None:
         t0 = time.perf_counter()
-        self.ensure_attached()
         if self.fence == "server":
             try:
                 self.client.pause(mode="wait", clear_cache=True)
             except ServerError as exc:
                 raise SyncError(explain_rpc_failure("ipc", str(exc), "pausing generation failed")) from exc
         else:  # nothing of ours is in flight: the reset may run while the optimizer writes
-            self._pending = self._pool.submit(self._reset_client.reset_prefix_cache)
+            self._reset.start()
         self._blocked_ms += (time.perf_counter() - t0) * 1e3
 
     def after_step(self) -> None:
@@ -195,9 +189,8 @@ class IpcSync:
         try:
             if self.fence == "server":
                 self.client.resume()
-            elif self._pending is not None:
-                pending, self._pending = self._pending, None
-                pending.result()
+            else:
+                self._reset.wait()
         except ServerError as exc:
             raise SyncError(explain_rpc_failure("ipc", str(exc), "the post-step cache reset / resume failed")) \
                 from exc
@@ -205,16 +198,14 @@ class IpcSync:
 
     def push(self, step: int) -> SyncResult:
         """Nothing to copy: the weights are already the server's. Reports the fencing time since the last push
-        (and re-attaches first if the server was restarted in between)."""
+        (and re-attaches first if the server was restarted in between: writes made meanwhile went to the old
+        mapping, which is what the re-attach copies from)."""
         self.ensure_attached()
         ms, self._blocked_ms = self._blocked_ms, 0.0
         return SyncResult(step=step, sync_ms=ms)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            if self._pending is not None:
-                self._pending.result(timeout=30)
-        self._pool.shutdown(wait=True)
+        self._reset.close()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
