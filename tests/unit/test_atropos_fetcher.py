@@ -1,0 +1,164 @@
+"""The background fetcher, with run-api faults injected by a scripted stand-in (the real run-api is exercised in
+tests/integration/test_atropos_api.py): bounded prefetch, spool-before-queue, backoff, diagnosis, re-register."""
+
+import json
+import threading
+import time
+
+import pytest
+
+from grpo_plugin.atropos import fetcher as fetcher_mod
+from grpo_plugin.atropos.api import AtroposError, NotRegisteredError
+from grpo_plugin.atropos.fetcher import AtroposConfigError, AtroposTimeout, BatchFetcher
+from grpo_plugin.atropos.spool import Spool
+
+
+def groups(tag, group_size=2):
+    return [{"tokens": [[tag, tag]] * group_size, "scores": [float(tag)] * group_size}]
+
+
+class ScriptedAPI:
+    """Answers /batch from a script: a list of groups, None (nothing ready) or an exception to raise."""
+
+    def __init__(self, script, queued=0, env=True, example=None):
+        self.script = list(script)
+        self.calls = 0
+        self.lock = threading.Lock()
+        self.queued, self.env, self.example = queued, env, example
+
+    def batch(self):
+        with self.lock:
+            self.calls += 1
+            item = self.script.pop(0) if self.script else None
+        if isinstance(item, BaseException):
+            raise item
+        return item, json.dumps({"batch": item}).encode()
+
+    def status(self):
+        return {"queue_size": self.queued}
+
+    def env_registered(self, env_id=0):
+        return self.env
+
+    def latest_example(self):
+        return self.example or {}
+
+
+def make(api, tmp_path, capacity=1, batch_size=2, **kw):
+    spool = Spool(tmp_path)
+    f = BatchFetcher(api, spool, lambda seq, meta, g: (seq, g[0]["tokens"][0][0]), capacity=capacity,
+                     batch_size=batch_size, poll_interval=0.01, max_backoff=0.05, **kw)
+    return f, spool
+
+
+@pytest.fixture(autouse=True)
+def quick_diagnosis(monkeypatch):
+    monkeypatch.setattr(fetcher_mod, "DIAGNOSE_AFTER", 0.05)
+    monkeypatch.setattr(fetcher_mod, "DIAGNOSE_EVERY", 0.05)
+
+
+def wait_for(cond, timeout=5.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_prefetch_is_bounded_and_every_batch_is_spooled_before_it_is_queued(tmp_path):
+    api = ScriptedAPI([groups(i) for i in range(5)])
+    f, spool = make(api, tmp_path, capacity=2)
+    f.start([])
+    try:
+        assert wait_for(lambda: f.queued == 2)
+        time.sleep(0.2)
+        assert api.calls == 2  # full queue: no more requests
+        assert spool.counts() == (2, 0)
+        assert f.get(1) == (0, 0)
+        assert wait_for(lambda: f.queued == 2)
+        assert api.calls == 3
+        assert [f.get(1) for _ in range(2)] == [(1, 1), (2, 2)]
+    finally:
+        f.stop()
+
+
+def test_replays_the_spool_before_asking_the_run_api(tmp_path):
+    spool = Spool(tmp_path)
+    old = [spool.add({}, json.dumps({"batch": groups(t)}).encode()) for t in (40, 41)]
+    api = ScriptedAPI([groups(7)])
+    f, _ = make(api, tmp_path, capacity=1)
+    f.start(old)
+    try:
+        assert [f.get(1)[1] for _ in range(3)] == [40, 41, 7]
+    finally:
+        f.stop()
+
+
+def test_backs_off_while_the_run_api_is_down_then_recovers(tmp_path):
+    down = [AtroposError("connection refused")] * 6
+    api = ScriptedAPI(down + [groups(3)])
+    f, _ = make(api, tmp_path)
+    f.start([])
+    try:
+        assert wait_for(lambda: "does not answer" in f.waiting_reason)
+        assert f.get(5)[1] == 3
+        assert api.calls == 7
+    finally:
+        f.stop()
+
+
+def test_waiting_reason_says_no_environment_has_registered(tmp_path):
+    f, _ = make(ScriptedAPI([], env=False), tmp_path)
+    f.start([])
+    try:
+        assert wait_for(lambda: "no environment has registered" in f.waiting_reason)
+        with pytest.raises(AtroposTimeout, match="no environment has registered"):
+            f.get(wait_timeout=0.3)
+    finally:
+        f.stop()
+
+
+def test_group_size_that_does_not_divide_the_batch_is_fatal_and_named(tmp_path):
+    api = ScriptedAPI([], queued=3, example={"tokens": [[1, 2]] * 3})
+    f, _ = make(api, tmp_path, batch_size=4)
+    f.start([])
+    try:
+        with pytest.raises(AtroposConfigError, match="groups of 3 sequences.*batches of 4"):
+            f.get(5)
+    finally:
+        f.stop()
+
+
+def test_partial_batch_is_explained(tmp_path):
+    api = ScriptedAPI([], queued=1, example={"tokens": [[1, 2]] * 2})
+    f, _ = make(api, tmp_path, batch_size=4)
+    f.start([])
+    try:
+        assert wait_for(lambda: "1 group(s) queued" in f.waiting_reason)
+    finally:
+        f.stop()
+
+
+def test_a_lost_registration_is_renewed(tmp_path):
+    renewed = []
+    api = ScriptedAPI([NotRegisteredError("Trainer not registered"), groups(5)])
+    f, _ = make(api, tmp_path, reregister=lambda: renewed.append(True))
+    f.start([])
+    try:
+        assert f.get(5)[1] == 5
+        assert renewed == [True]
+    finally:
+        f.stop()
+
+
+def test_an_error_in_the_thread_reaches_the_trainer(tmp_path):
+    f, spool = make(ScriptedAPI([groups(1)]), tmp_path)
+    f.prepare = lambda seq, meta, g: (_ for _ in ()).throw(ValueError("bad batch"))
+    f.start([])
+    try:
+        with pytest.raises(ValueError, match="bad batch"):
+            f.get(5)
+        assert spool.counts() == (1, 0)  # it was on disk before preparing failed
+    finally:
+        f.stop()
