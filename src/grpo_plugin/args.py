@@ -19,6 +19,78 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1", "")
 DEFAULT_TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 1e-2}
 
 
+def _refuse_unknown_keys(model: type[BaseModel], data: Any, prefix: str) -> Any:
+    """A typo is an error naming the key and the closest known one (axolotl's models drop unknown keys)."""
+    if isinstance(data, dict):
+        unknown = sorted(set(data) - set(model.model_fields))
+        if unknown:
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(str(key), list(model.model_fields), n=1)
+                hints.append(f"{prefix}.{key}" + (f" (did you mean {prefix}.{close[0]}?)" if close else ""))
+            raise ValueError(
+                f"unknown key(s) in the {prefix}: block: {', '.join(hints)}. Known keys: "
+                f"{', '.join(model.model_fields)} (see docs/config.md)."
+            )
+    return data
+
+
+class AtroposEnvSpec(BaseModel):
+    """One environment process `python -m grpo_plugin.atropos.launch` starts (the trainer ignores these)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    module: str = Field(min_length=1, description="Module run as `python -m <module> serve ...` (a BaseEnv).")
+    args: list[str] = Field(default_factory=list, description="Extra CLI arguments, e.g. --env.group_size 8.")
+
+
+class AtroposSettings(BaseModel):
+    """`grpo.atropos:` — rollouts come from Atropos environments through the run-api. See docs/atropos.md."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(default="http://127.0.0.1:8000", description="The Atropos run-api (`run-api --port N`).")
+    group_size: int | None = Field(
+        default=None, ge=1,
+        description="The environments' group size, when known: the batch size must be a multiple of it "
+        "(checked here; otherwise when the first group arrives).")
+    prefetch: int = Field(
+        default=1, ge=1, le=64,
+        description="Batches fetched ahead in the background (each one may add a step of policy lag).")
+    max_token_len: int | None = Field(
+        default=None, ge=2, description="Longest sequence accepted (default: sequence_len); longer groups are "
+        "rejected.")
+    reset_on_start: bool = Field(
+        default=True, description="A fresh (not resumed) run calls the run-api's /reset_data before /register.")
+    spool_dir: str | None = Field(
+        default=None, description="Where fetched batches are kept until a checkpoint covers them "
+        "(default <output_dir>/atropos_spool).")
+    poll_interval: float = Field(default=0.2, gt=0, description="Seconds between /batch polls when none is "
+                                 "ready (grows up to max_backoff while idle or failing).")
+    max_backoff: float = Field(default=5.0, gt=0, description="Longest pause between /batch polls.")
+    request_timeout: float = Field(default=60.0, gt=0, description="Seconds one run-api request may take.")
+    wait_timeout: float = Field(
+        default=1800.0, ge=0, description="Seconds the trainer waits for a batch before stopping with an error "
+        "(0: wait forever). Progress is printed while it waits.")
+    envs: list[AtroposEnvSpec] = Field(
+        default_factory=list, description="Environments `python -m grpo_plugin.atropos.launch` starts.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unknown_keys(cls, data: Any) -> Any:
+        return _refuse_unknown_keys(cls, data, "grpo.atropos")
+
+    @model_validator(mode="after")
+    def _check(self) -> AtroposSettings:
+        from urllib.parse import urlparse
+
+        parsed = urlparse(self.url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.port is None:
+            raise ValueError(f"grpo.atropos.url: {self.url!r} must look like http://HOST:PORT (the run-api)")
+        self.url = self.url.rstrip("/")
+        return self
+
+
 class GRPOSettings(BaseModel):
     """Settings of the grpo_plugin (`grpo:` in the axolotl YAML). See docs/config.md."""
 
@@ -85,22 +157,16 @@ class GRPOSettings(BaseModel):
     metrics: bool = Field(
         default=True, description="Write grpo_metrics.jsonl, grpo_summary.json and grpo_curves.png."
     )
+    atropos: AtroposSettings | None = Field(
+        default=None,
+        description="Train on pre-scored rollouts from Atropos environments (docs/atropos.md) instead of "
+        "generating from `datasets:` with `trl.reward_funcs`.",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _unknown_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(cls.model_fields))
-            if unknown:
-                hints = []
-                for key in unknown:
-                    close = difflib.get_close_matches(str(key), list(cls.model_fields), n=1)
-                    hints.append(f"grpo.{key}" + (f" (did you mean grpo.{close[0]}?)" if close else ""))
-                raise ValueError(
-                    f"unknown key(s) in the grpo: block: {', '.join(hints)}. Known keys: "
-                    f"{', '.join(cls.model_fields)} (see docs/config.md)."
-                )
-        return data
+        return _refuse_unknown_keys(cls, data, "grpo")
 
     @model_validator(mode="after")
     def _strategy(self) -> GRPOSettings:
@@ -113,8 +179,19 @@ class GRPOSettings(BaseModel):
             if getattr(self, key) is not None and self.sync != "ipc":
                 raise ValueError(f"grpo.{key} only applies to `grpo.sync: ipc` (sync is {self.sync!r}). "
                                  f"Remove grpo.{key}.")
+        if self.atropos is not None:
+            if self.sync == "ipc" and self.ipc_fence == "trainer":
+                raise ValueError(
+                    "grpo.ipc_fence: trainer assumes the trainer is the server's only client, but with "
+                    "grpo.atropos the environments generate on it too. Remove grpo.ipc_fence (with atropos it "
+                    "defaults to server: vLLM pauses generation around each optimizer step).")
+            if self.restart_strategy == "process":
+                raise ValueError(
+                    "grpo.restart_strategy: process restarts the vLLM server on every sync, which breaks the "
+                    "Atropos environments generating on it (their requests fail while it is down). Use "
+                    "`grpo.restart_strategy: reload` (the default).")
         if self.sync == "ipc":
-            self.ipc_fence = self.ipc_fence or "trainer"
+            self.ipc_fence = self.ipc_fence or ("server" if self.atropos is not None else "trainer")
             self.ipc_gemm = self.ipc_gemm or "onednn"
             if self.sync_interval != 1:
                 raise ValueError(
@@ -161,6 +238,8 @@ def check_cross_keys(data: dict) -> None:
         )
     if sync == "ipc":
         _check_ipc(data)
+    if _get(grpo, "atropos") is not None:
+        _check_atropos(data, _get(grpo, "atropos"))
     sharded = _sharded_trainer(data)
     if sharded:
         raise ValueError(
@@ -237,6 +316,59 @@ def _check_ipc(data: dict) -> None:
                         "trainer from the shared copy. Remove them (ipc runs one trainer process).")
     if problems:
         raise ValueError("grpo.sync: ipc cannot be used with this config:\n  - " + "\n  - ".join(problems))
+
+
+# The reward function the plugin names for Atropos runs: it hands the environments' scores to axolotl's reward
+# path (metrics, logs); the advantages come from the producer (producers/atropos.py).
+ENV_SCORE_REWARD = "grpo_plugin.producers.atropos.env_score"
+# axolotl requires `datasets:`; for Atropos runs the plugin fills in this marker (prompts come from the envs).
+ATROPOS_DATASET_MARKER = "grpo_plugin: rollouts come from Atropos environments"
+
+
+def atropos_batch_size(data) -> int:
+    """Sequences per optimizer step and trainer process: micro_batch_size x gradient_accumulation_steps."""
+    return int(_get(data, "micro_batch_size") or 1) * int(_get(data, "gradient_accumulation_steps") or 1)
+
+
+def _check_atropos(data: dict, atropos) -> None:
+    """What an Atropos-fed run cannot have, each with the reason and the way out (one message for all)."""
+    from urllib.parse import urlparse
+
+    problems = []
+    trl = data.get("trl") or {}
+    trl_get = (lambda k: trl.get(k)) if isinstance(trl, dict) else (lambda k: getattr(trl, k, None))
+    funcs = trl_get("reward_funcs") or []
+    if list(funcs) not in ([], [ENV_SCORE_REWARD]):
+        problems.append(f"`trl.reward_funcs: {list(funcs)}`: with grpo.atropos the environments score the rollouts. "
+                        "Remove trl.reward_funcs (score in the environment instead).")
+    datasets = data.get("datasets") or []
+    paths = [d.get("path") if isinstance(d, dict) else getattr(d, "path", None) for d in datasets]
+    if any(p != ATROPOS_DATASET_MARKER for p in paths):
+        problems.append("`datasets:` would be ignored: with grpo.atropos the prompts come from the environments. "
+                        "Remove datasets (give the environment its data instead).")
+    if not data.get("max_steps") or int(data.get("max_steps")) < 1:
+        problems.append("`max_steps` is required with grpo.atropos (the data stream has no length; it is also "
+                        "the run-api's num_steps).")
+    group = _get(atropos, "group_size")
+    batch = atropos_batch_size(data)
+    if group and batch % int(group):
+        problems.append(f"micro_batch_size x gradient_accumulation_steps = {batch} sequences per step is not a "
+                        f"multiple of grpo.atropos.group_size {group}: the run-api only forms batches of whole "
+                        "groups, so /batch would never return one. Change micro_batch_size.")
+    gens = trl_get("num_generations")
+    if gens and batch % int(gens):
+        problems.append(f"trl.num_generations {gens} does not divide the {batch} sequences per step. Remove "
+                        "trl.num_generations (with grpo.atropos the plugin sets it to the group size).")
+    vllm = data.get("vllm") or {}
+    vllm_get = (lambda k: vllm.get(k)) if isinstance(vllm, dict) else (lambda k: getattr(vllm, k, None))
+    api = urlparse(str(_get(atropos, "url") or "http://127.0.0.1:8000"))
+    local = {"127.0.0.1", "localhost", "0.0.0.0", "::1", ""}
+    vhost, vport = str(vllm_get("host") or "127.0.0.1"), int(vllm_get("port") or 8000)
+    if api.port == vport and (api.hostname == vhost or {api.hostname, vhost} <= local):
+        problems.append(f"grpo.atropos.url {_get(atropos, 'url')} and the vLLM server (vllm.port {vport}) use the "
+                        "same port. Move one of them (e.g. `vllm: {port: 8001}`).")
+    if problems:
+        raise ValueError("grpo.atropos cannot be used with this config:\n  - " + "\n  - ".join(problems))
 
 
 def _uses_fsdp(data: dict) -> bool:

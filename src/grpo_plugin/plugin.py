@@ -40,6 +40,31 @@ class GRPOPlugin(BasePlugin):
         vllm.setdefault("port", 8000)
         trl.setdefault("vllm_server_host", vllm["host"])
         trl.setdefault("vllm_server_port", vllm["port"])
+        atropos = (cfg.get("grpo") or {}).get("atropos")
+        if atropos is not None:
+            self._register_atropos(cfg, trl, atropos if isinstance(atropos, dict) else {})
+
+    @staticmethod
+    def _register_atropos(cfg, trl, atropos: dict) -> None:
+        """Rollouts come from Atropos: the environments' scores are the reward, and axolotl's required
+        `datasets:` gets a marker (the plugin's load_datasets hook supplies the placeholder prompt rows)."""
+        from grpo_plugin.args import ATROPOS_DATASET_MARKER, ENV_SCORE_REWARD, atropos_batch_size
+
+        if not trl.get("reward_funcs"):
+            trl["reward_funcs"] = [ENV_SCORE_REWARD]
+        if not cfg.get("datasets"):
+            cfg["datasets"] = [{"path": ATROPOS_DATASET_MARKER}]
+        if trl.get("num_generations") is None:
+            # axolotl's reward path groups rows by num_generations; the real groups come from the envs
+            trl["num_generations"] = int(atropos.get("group_size") or atropos_batch_size(cfg))
+
+    def load_datasets(self, cfg, preprocess: bool = False):
+        grpo = cfg.get("grpo") or {}
+        if not grpo.get("atropos"):
+            return None
+        from grpo_plugin.producers.atropos import placeholder_dataset
+
+        return placeholder_dataset(cfg)
 
     def pre_model_load(self, cfg) -> None:
         # Start the managed server as early as possible: it boots while axolotl loads the model.

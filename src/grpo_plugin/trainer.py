@@ -12,6 +12,9 @@ What it changes in the host:
   `_get_per_token_logps_and_entropies`), so the policy logprobs match vLLM's sampling logprobs.
 - `_maybe_sync_vllm_weights`, the hook axolotl calls before each new rollout, asks the WeightSync to push
   every `grpo.sync_interval` steps and verifies each push with the logprob probe.
+- With `grpo.atropos`, rollouts come from `AtroposProducer` instead (pre-scored by the environments): the
+  producer's advantages replace the ones axolotl derives from the scores (`_post_advantage_hook`), and every
+  sequence is scored at its own sampling temperature (`_get_per_token_logps_and_entropies`).
 """
 
 from __future__ import annotations
@@ -91,6 +94,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self._rollout_version: int | None = None
         self._pending_sync: SyncResult | None = None
         self._pending_rollout_ms = 0.0
+        self._pending_rollout_info: dict = {}
+        self._row_temperatures: torch.Tensor | None = None  # per-sequence sampling temperatures (Atropos)
+        self.atropos_producer = None
         self._step_losses: list[float] = []
         self._reward_stats: tuple[float, float] | None = None
         self._closed = False
@@ -130,6 +136,12 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             empty_cache_before_produce=False, empty_cache_after_produce=False,
             async_prefetch=False, prefetch_depth=args.prefetch_depth,
         )
+        if self.grpo.atropos is not None:
+            from grpo_plugin.producers.atropos import AtroposProducer
+
+            self.atropos_producer = AtroposProducer(config, settings=self.grpo.atropos, trainer=self,
+                                                    on_rollout=self._on_rollout)
+            return self.atropos_producer
         producer = LocalRolloutProducer(
             config=config,
             prompt_dataset=train_dataset,
@@ -146,9 +158,11 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         producer.set_trainer(self)
         return producer
 
-    def _on_rollout(self, rollout_ms: float) -> None:
+    def _on_rollout(self, rollout_ms: float, **info) -> None:
+        """A producer delivered a rollout: the time it waited for it, and (Atropos) what it knows of it."""
         self._pending_rollout_ms += rollout_ms
         self._rollout_version = self._synced_version
+        self._pending_rollout_info = info
 
     # ---- sync ----------------------------------------------------------------------------------
     def _maybe_sync_vllm_weights(self):
@@ -165,6 +179,10 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
                 result = self.weight_sync.push(step)
                 if self.grpo.verify_sync:
                     self.verifier.verify(model, self.weight_sync.generation_model, result)
+            if self.grpo.atropos is not None and not result.pushed:
+                # verified, not pushed: the server already computes with these weights; a push announces its
+                # version inside the sync fence instead
+                self.vllm_server.set_policy(step, self.weight_sync.generation_model)
         self.accelerator.wait_for_everyone()  # no rank generates before the push is done and verified
         self._synced_version = step
         self._pending_sync = result
@@ -179,12 +197,60 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
     def close_sync(self) -> None:
         if not self._closed:
             self._closed = True
+            if self.atropos_producer is not None:
+                with contextlib.suppress(Exception):
+                    self.atropos_producer.close()
             with contextlib.suppress(Exception):
                 self.weight_sync.close()
 
     # ---- scoring precision ----------------------------------------------------------------------
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                            batch_size=None, compute_entropy=False, **kwargs):
+        """Per-sequence temperatures (Atropos rollouts carry one per sequence): the rows are scored in groups
+        of equal temperature, each with `self.temperature` set to it, as TRL divides the logits by it."""
+        temps = self._row_temperatures
+        if temps is None or temps.numel() != input_ids.size(0):
+            return self._logps_one_temperature(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                               compute_entropy, **kwargs)
+        values = torch.unique(temps)
+        default = self.temperature
+        if values.numel() == 1:
+            try:
+                self.temperature = float(values[0])
+                return self._logps_one_temperature(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                                   compute_entropy, **kwargs)
+            finally:
+                self.temperature = default
+        logps = torch.zeros(input_ids.size(0), logits_to_keep, device=input_ids.device)
+        entropies = torch.zeros_like(logps) if compute_entropy else None
+        try:
+            for value in values.tolist():
+                rows = torch.nonzero(temps == value).flatten().to(input_ids.device)
+                self.temperature = value
+                lp, ent = self._logps_one_temperature(model, input_ids[rows], attention_mask[rows], logits_to_keep,
+                                                      batch_size, compute_entropy, **kwargs)
+                logps = logps.to(lp.dtype).index_copy(0, rows, lp)
+                if compute_entropy:
+                    entropies = entropies.to(ent.dtype).index_copy(0, rows, ent)
+        finally:
+            self.temperature = default
+        return logps, entropies
+
+    @contextmanager
+    def _temperatures_of(self, rows: dict):
+        """Score these rows at their own temperatures (when they carry them)."""
+        self._row_temperatures = rows.get("temperatures")
+        try:
+            yield
+        finally:
+            self._row_temperatures = None
+
+    def _compute_deferred_scores(self, rollout: dict) -> dict:
+        with self._temperatures_of(rollout):
+            return super()._compute_deferred_scores(rollout)
+
+    def _logps_one_temperature(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                               compute_entropy=False, **kwargs):
         """axolotl 0.19 runs this forward under bf16 autocast whatever the model's dtype, so an fp32 run
         silently scores and trains in bf16 precision (on the CPU demo its logprobs were 2.3e-3 off a plain
         forward, while vLLM's matched to 1.5e-8). fp32 models use TRL's own implementation, which does not
@@ -202,8 +268,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
 
     # ---- metrics taps --------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss = super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                    num_items_in_batch=num_items_in_batch)
+        with self._temperatures_of(inputs):
+            loss = super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
         value = loss[0] if isinstance(loss, tuple) else loss
         self._step_losses.append(float(value.detach()))
         return loss
@@ -214,6 +281,12 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
                                      *args, **kwargs)
         weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
         rewards = (rewards_per_func * weights).nansum(dim=1)
+        if "atropos_advantages" in data:
+            # Atropos: the producer's advantages (the env's, or its scores normalised within each real group);
+            # padding rows (after the real ones, before axolotl shuffles) have no score
+            data["advantages"] = data.pop("atropos_advantages")
+            rewards = rewards[: data.pop("_atropos_real_rows")]
+            data.pop("_atropos_padding_rows", None)
         self._reward_stats = (rewards.mean().item(),
                               rewards.std().item() if rewards.numel() > 1 else 0.0)
 
@@ -226,6 +299,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
                 logs["grpo/sync_logprob_diff"] = rec["sync_logprob_diff"]
             logs["grpo/rollout_ms"] = rec["rollout_ms"]
             logs["grpo/policy_lag"] = rec["policy_lag"]
+            if "atropos_rejected_groups" in rec:
+                logs["grpo/atropos_rejected_groups"] = rec["atropos_rejected_groups"]
         super().log(logs, *args, **kwargs)
 
     def step_record(self, step_ms: float) -> dict:
@@ -247,7 +322,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             "verify_ms": round(sync.verify_ms, 3) if sync else 0.0,
             "sync_pushed": bool(sync and sync.pushed),
         }
+        rec.update(self._pending_rollout_info)  # Atropos: policy_lag from the ledger, batch, rejected groups
         self._pending_sync, self._pending_rollout_ms, self._step_losses = None, 0.0, []
+        self._pending_rollout_info = {}
         return rec
 
 
@@ -293,10 +370,27 @@ class _StepMetricsCallback(TrainerCallback):
                 model=str(loaded_cfg().get("base_model") or getattr(tr.model, "name_or_path", "")),
                 tolerance=tr.verify_tolerance if tr.grpo.verify_sync else None,
                 server_peak_rss_mb=round(self._server_peak, 1) if self._server_peak else None,
-                extra={"sync_interval": tr.grpo.sync_interval},
+                extra={"sync_interval": tr.grpo.sync_interval, **_atropos_summary(tr)},
             )
             tr.metrics_writer.finish(summary, title=f"grpo_plugin · {tr.weight_sync.mode}")
         tr.close_sync()
+
+
+def _atropos_summary(tr: GRPOPluginTrainer) -> dict:
+    producer = tr.atropos_producer
+    if producer is None:
+        return {}
+    recs = tr.metrics_writer.records if tr.metrics_writer is not None else []
+    lags = [r["policy_lag"] for r in recs if r.get("policy_lag") is not None]
+    return {"atropos": {
+        "url": tr.grpo.atropos.url,
+        "batches_trained": producer.trained_batches,
+        "rejected_groups": producer.rejected_total,
+        "padding_rows": sum(r.get("atropos_padding_rows") or 0 for r in recs),
+        "policy_lag_max": max(lags, default=None),
+        "policy_lag_mean": round(sum(lags) / len(lags), 3) if lags else None,
+        "policy_lag_source": sorted({r.get("policy_lag_source") for r in recs if r.get("policy_lag_source")}),
+    }}
 
 
 __all__ = ["GRPOPluginTrainer"]

@@ -149,3 +149,61 @@ def test_bad_config_names_key_and_fix(base_cfg, tmp_path, mutate, expected):
 def test_settings_model_defaults():
     s = GRPOSettings()
     assert (s.sync, s.sync_interval, s.verify_sync, s.managed_server) == ("lora_sync", 1, True, False)
+
+
+def _atropos(c: dict, **atropos) -> dict:
+    """The LoRA base config fed by Atropos: no datasets, no reward functions, the run-api on its own port."""
+    c.pop("datasets")
+    c["trl"].pop("reward_funcs")
+    c["trl"].pop("num_generations")
+    c["grpo"]["atropos"] = {"url": "http://127.0.0.1:8000", **atropos}
+    c["vllm"] = {"port": 8001}
+    return c
+
+
+def test_atropos_config_is_wired(base_cfg, tmp_path):
+    from grpo_plugin.args import ATROPOS_DATASET_MARKER, ENV_SCORE_REWARD
+
+    cfg = load(_atropos(base_cfg, group_size=2), tmp_path)
+    a = cfg.grpo["atropos"]
+    assert (a["group_size"], a["prefetch"], a["reset_on_start"], a["wait_timeout"]) == (2, 1, True, 1800.0)
+    assert cfg.trl.reward_funcs == [ENV_SCORE_REWARD]
+    assert cfg.trl.num_generations == 2
+    assert [d["path"] for d in cfg.datasets] == [ATROPOS_DATASET_MARKER]
+
+
+def test_atropos_without_group_size_groups_the_whole_batch(base_cfg, tmp_path):
+    cfg = load(_atropos(base_cfg), tmp_path)
+    assert cfg.trl.num_generations == 4  # micro_batch_size x gradient_accumulation_steps
+
+
+def test_atropos_ipc_fence_defaults_to_server(base_cfg, tmp_path):
+    _ipc(_atropos(base_cfg))
+    assert load(base_cfg, tmp_path).grpo["ipc_fence"] == "server"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda c: c["grpo"]["atropos"].update(prefech=2), "did you mean grpo.atropos.prefetch"),
+        (lambda c: c["grpo"]["atropos"].update(url="localhost"), "must look like http://HOST:PORT"),
+        (lambda c: c["grpo"]["atropos"].update(group_size=3), "is not a multiple of grpo.atropos.group_size 3"),
+        (lambda c: c["grpo"]["atropos"].update(prefetch=0), "prefetch"),
+        (lambda c: c["trl"].update(reward_funcs=["rewards.toy.digit_reward"]), "Remove trl.reward_funcs"),
+        (lambda c: c.update(datasets=[{"path": "x.jsonl", "ds_type": "json"}]), "Remove datasets"),
+        (lambda c: c.pop("max_steps"), "`max_steps` is required with grpo.atropos"),
+        (lambda c: c["trl"].update(num_generations=3), "Remove trl.num_generations"),
+        (lambda c: c["vllm"].update(port=8000), "use the same port"),
+        (lambda c: _ipc(c, grpo={"ipc_fence": "trainer"}), "the environments generate on it too"),
+        (lambda c: (c.pop("adapter"), c["grpo"].update(sync="restart", restart_strategy="process",
+                                                       managed_server=True)),
+         "breaks the Atropos environments"),
+        (lambda c: c["grpo"]["atropos"].update(envs=[{"module": "m", "arg": []}]), "Extra inputs"),
+    ],
+)
+def test_bad_atropos_config_names_key_and_fix(base_cfg, tmp_path, mutate, expected):
+    cfg = _atropos(copy.deepcopy(base_cfg), group_size=2)
+    mutate(cfg)
+    with pytest.raises(ValidationError) as err:
+        load(cfg, tmp_path)
+    assert expected in str(err.value)

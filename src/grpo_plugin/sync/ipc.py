@@ -40,6 +40,7 @@ from grpo_plugin.sync.base import (
     full_weight_model,
     require_worker_extension,
 )
+from grpo_plugin.sync.fence import ServerFence
 
 LOG = logging.getLogger("grpo_plugin")
 MANIFEST_METHOD = "grpo_ipc_manifest"
@@ -50,11 +51,16 @@ class IpcSync:
     mode = "ipc"
     needs_initial_push = False  # the server computes with the trainer's own tensors from the start
 
-    def __init__(self, client, *, fence: str = "trainer", rpc_timeout: float = 300.0):
+    def __init__(self, client, *, fence: str = "trainer", rpc_timeout: float = 300.0, announce: bool = False):
+        """`announce`: tell the server the policy version after every step, inside the server fence (the
+        Atropos producer looks up which version generated each sequence)."""
         if fence not in FENCES:
             raise ValueError(f"grpo.ipc_fence: {fence!r}; expected one of {', '.join(FENCES)}")
-        self.client, self.fence, self.rpc_timeout = client, fence, rpc_timeout
+        if announce and fence != "server":
+            raise ValueError("ipc: announcing policy versions needs grpo.ipc_fence: server")
+        self.client, self.fence, self.rpc_timeout, self.announce = client, fence, rpc_timeout, announce
         self._reset = PrefixCacheReset(client, "ipc")
+        self._server_fence = ServerFence(client, "ipc")
         self._blocked_ms = 0.0  # trainer time spent on fencing since the last push
         self._served: str | None = None
         self._model = None
@@ -176,19 +182,17 @@ class IpcSync:
     def before_step(self) -> None:
         t0 = time.perf_counter()
         if self.fence == "server":
-            try:
-                self.client.pause(mode="wait", clear_cache=True)
-            except ServerError as exc:
-                raise SyncError(explain_rpc_failure("ipc", str(exc), "pausing generation failed")) from exc
+            self._server_fence.hold()
         else:  # nothing of ours is in flight: the reset may run while the optimizer writes
             self._reset.start()
         self._blocked_ms += (time.perf_counter() - t0) * 1e3
 
-    def after_step(self) -> None:
+    def after_step(self, version: int | None = None) -> None:
+        """`version`: the optimizer steps the shared weights now hold (announced before generation resumes)."""
         t0 = time.perf_counter()
         try:
             if self.fence == "server":
-                self.client.resume()
+                self._server_fence.release(version if self.announce else None, self.generation_model)
             else:
                 self._reset.wait()
         except ServerError as exc:
@@ -219,4 +223,4 @@ class _StepFence(TrainerCallback):
         self.sync.before_step()
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        self.sync.after_step()
+        self.sync.after_step(state.global_step + 1)  # the Trainer counts the step right after this callback

@@ -1,0 +1,246 @@
+"""One command for an Atropos run: `python -m grpo_plugin.atropos.launch CONFIG.yaml [-- axolotl train args]`.
+
+Starts, in the order the run-api needs, and stops at the end (or on Ctrl-C / a crash) exactly those processes:
+1. the Atropos run-api on the port of `grpo.atropos.url` (`run-api --host H --port P`);
+2. the vLLM server, `axolotl vllm-serve CONFIG` (skipped with `grpo.managed_server: true`: then the trainer
+   starts it);
+3. the trainer, `axolotl train CONFIG` (its output goes to this terminal);
+4. once the trainer has registered with the run-api, every environment in `grpo.atropos.envs`, as
+   `python -m <module> serve` with the flags that point it at this run-api, this server and this model
+   (`--env.tokenizer_name --env.rollout_server_url [--env.group_size] --openai.base_url --openai.model_name
+   --openai.tokenizer_name --openai.server_type vllm --openai.api_key`) followed by the env's own `args`.
+
+Logs of the other processes go to `<output_dir>/atropos_logs/`. A port already taken is an error (nothing is
+killed); an environment that crashes stops the run with the end of its log. The exit code is the trainer's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import requests
+import yaml
+
+from grpo_plugin.server import Progress, port_in_use, stop_tree, wait_until
+
+BIN = Path(sys.executable).parent
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+def _say(msg: str) -> None:
+    print(f"[grpo_plugin launch] {msg}", file=sys.stderr, flush=True)
+
+
+def _tail(path: Path, n: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def env_command(module: str, cfg: dict, settings, args: list[str]) -> list[str]:
+    """The command line of one environment process."""
+    vllm = cfg.get("vllm") or {}
+    host = str(vllm.get("host") or "127.0.0.1")
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    model = str(cfg["base_model"])
+    cmd = [sys.executable, "-m", module, "serve",
+           "--env.tokenizer_name", model, "--env.rollout_server_url", settings.url]
+    if settings.group_size:
+        cmd += ["--env.group_size", str(settings.group_size)]
+    cmd += ["--openai.base_url", f"http://{host}:{int(vllm.get('port') or 8000)}/v1", "--openai.model_name", model,
+            "--openai.tokenizer_name", model, "--openai.server_type", "vllm", "--openai.api_key", "none"]
+    return cmd + list(args)
+
+
+class Launch:
+    def __init__(self, config: Path, cfg: dict, settings, train_args: list[str]):
+        self.config, self.cfg, self.settings, self.train_args = config, cfg, settings, train_args
+        self.logs = Path(cfg.get("output_dir") or "outputs") / "atropos_logs"
+        self.procs: list[tuple[str, subprocess.Popen]] = []  # (name, process), in start order
+        self.trainer: subprocess.Popen | None = None
+        self._log_files = []
+
+    def _start(self, name: str, cmd: list[str], log: Path | None) -> subprocess.Popen:
+        out = None
+        if log is not None:
+            out = log.open("ab")
+            self._log_files.append(out)
+        env = dict(os.environ)
+        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # axolotl execs `accelerate` from PATH
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)  # its own group: we stop it, and only it
+        self.procs.append((name, proc))
+        _say(f"started {name} (pid {proc.pid}){f', log {log}' if log else ''}")
+        return proc
+
+    def _alive_or_fail(self, name: str, proc: subprocess.Popen, log: Path | None) -> None:
+        code = proc.poll()
+        if code is not None:
+            raise LaunchError(f"{name} exited with code {code} during start-up" +
+                              (f"; the end of {log}:\n{_tail(log)}" if log else ""))
+
+    def run(self) -> int:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        api = urlparse(self.settings.url)
+        if port_in_use(api.hostname, api.port):
+            raise LaunchError(f"port {api.port} (grpo.atropos.url {self.settings.url}) is already in use. Stop "
+                              "that program yourself, or change grpo.atropos.url. Nothing was killed.")
+        log = self.logs / "run_api.log"
+        run_api = self._start("Atropos run-api", [str(BIN / "run-api"), "--host", api.hostname, "--port",
+                                                  str(api.port)], log)
+
+        def api_up() -> bool:
+            self._alive_or_fail("the run-api", run_api, log)
+            try:
+                return requests.get(f"{self.settings.url}/", timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+
+        if wait_until(api_up, 120, Progress("starting the Atropos run-api"), lambda _: "starting",
+                      ready="ready", poll=0.5) is None:
+            raise LaunchError(f"the run-api did not answer within 120 s; the end of {log}:\n{_tail(log)}")
+
+        grpo = self.cfg.get("grpo") or {}
+        if not grpo.get("managed_server"):
+            self._start_server()
+        self.trainer = self._start("trainer (axolotl train)",
+                                   [str(BIN / "axolotl"), "train", str(self.config), *self.train_args], None)
+        if not self._wait_registered():
+            return self.trainer.wait()
+        for i, env in enumerate(self.settings.envs):
+            self._start(f"environment {i} ({env.module})", env_command(env.module, self.cfg, self.settings, env.args),
+                        self.logs / f"env_{i}.log")
+        if not self.settings.envs:
+            _say("grpo.atropos.envs is empty: start your environments yourself now")
+        return self._watch()
+
+    def _start_server(self) -> None:
+        vllm = self.cfg.get("vllm") or {}
+        host, port = str(vllm.get("host") or "127.0.0.1"), int(vllm.get("port") or 8000)
+        if port_in_use(host, port):
+            raise LaunchError(f"port {port} (vllm.port) is already in use. Stop that program yourself, or change "
+                              "vllm.port. Nothing was killed.")
+        log = self.logs / "vllm_serve.log"
+        proc = self._start("vLLM server (axolotl vllm-serve)", [str(BIN / "axolotl"), "vllm-serve",
+                                                                 str(self.config)], log)
+        base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+
+        def healthy() -> bool:
+            self._alive_or_fail("the vLLM server", proc, log)
+            try:
+                return requests.get(f"{base}/health", timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+
+        timeout = float((self.cfg.get("grpo") or {}).get("server_timeout") or 600)
+        if wait_until(healthy, timeout, Progress(f"starting vLLM on {base}"), lambda _: "loading model",
+                      ready="ready", poll=1.0) is None:
+            raise LaunchError(f"the vLLM server did not become healthy within {timeout:.0f} s; the end of "
+                              f"{log}:\n{_tail(log)}")
+
+    def _wait_registered(self) -> bool:
+        """Environments may only register after the trainer has (a trainer's fresh start resets the run-api)."""
+        class _Exited(Exception):
+            pass
+
+        def trainer_alive() -> None:
+            if self.trainer.poll() is not None:
+                raise _Exited
+
+        def registered() -> bool:
+            try:
+                return int(requests.get(f"{self.settings.url}/info", timeout=2).json().get("batch_size", -1)) > 0
+            except (requests.RequestException, ValueError):
+                return False
+
+        try:
+            wait_until(registered, 1e9, Progress("waiting for the trainer to register with the run-api", every=30),
+                       lambda _: "loading the model", ready="registered", check=trainer_alive, poll=1.0)
+        except _Exited:
+            _say(f"the trainer exited (code {self.trainer.returncode}) before registering with the run-api")
+            return False
+        return True
+
+    def _watch(self) -> int:
+        envs = [(name, p, self.logs / f"env_{i}.log") for i, (name, p) in
+                enumerate(x for x in self.procs if x[0].startswith("environment"))]
+        while self.trainer.poll() is None:
+            for name, proc, log in envs:
+                code = proc.poll()
+                if code not in (None, 0):
+                    raise LaunchError(f"{name} crashed (exit code {code}); the end of {log}:\n{_tail(log)}")
+            time.sleep(1.0)
+        return self.trainer.returncode
+
+    def stop_all(self) -> None:
+        """Stop everything we started, the trainer first, in reverse start order."""
+        for name, proc in reversed(self.procs):
+            if proc.poll() is None:
+                _say(f"stopping {name} (pid {proc.pid})")
+                if proc is self.trainer:  # let it save and stop its own children first
+                    with_grace(proc, signal.SIGINT, 60)
+                stop_tree(proc, timeout=60)
+        for fh in self._log_files:
+            fh.close()
+
+
+def with_grace(proc: subprocess.Popen, sig: int, timeout: float) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=timeout)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    from grpo_plugin.args import AtroposSettings
+
+    ap = argparse.ArgumentParser(prog="python -m grpo_plugin.atropos.launch", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("config", help="the axolotl YAML (with a grpo.atropos block)")
+    ap.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: extra arguments for axolotl train")
+    args = ap.parse_args(argv)
+    path = Path(args.config)
+    try:
+        cfg = yaml.safe_load(path.read_text())
+        block = ((cfg or {}).get("grpo") or {}).get("atropos")
+        if block is None:
+            raise LaunchError(f"{path} has no grpo.atropos block (see docs/atropos.md)")
+        settings = AtroposSettings(**block)
+    except (OSError, yaml.YAMLError, ValueError, LaunchError) as exc:
+        _say(f"ERROR: {exc}")
+        return 2
+    train_args = [a for a in args.train_args if a != "--"]
+    run = Launch(path, cfg, settings, train_args)
+
+    def _terminate(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
+    code = 1
+    try:
+        code = run.run()
+    except LaunchError as exc:
+        _say(f"ERROR: {exc}")
+    except KeyboardInterrupt:
+        _say("interrupted: stopping everything this command started")
+        code = 130
+    finally:
+        run.stop_all()
+    _say(f"done (exit code {code})")
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,309 @@
+"""Atropos rollouts: pre-scored groups from Atropos environments, pulled from the run-api (`grpo.atropos:`).
+
+A DataProducer on axolotl's protocol. Environments generate against the trainer's vLLM server (its `/generate`
+route, serve/routes.py), score the completions and post groups to the run-api; this producer registers the
+trainer there, fetches batches in the background (atropos/fetcher.py), keeps every fetched batch on disk until a
+checkpoint covers it (atropos/spool.py), tensorises them (atropos/tensorize.py) and hands axolotl *deferred*
+rollouts: axolotl's main thread then computes the policy logprobs with the current weights and the
+importance-sampling ratio against the environments' `inference_logprobs` (which corrects for the batch's policy
+lag), and TRL/axolotl's PPO-clip loss trains on it. The environments' scores reach axolotl's reward path
+through `env_score` (so `reward` in the logs and metrics is theirs); the advantages are this producer's.
+
+Registration: a fresh run calls `/reset_data` (grpo.atropos.reset_on_start) and `/register`; a resumed run
+does not reset, replays the spooled batches its checkpoint does not cover, and registers with the step it
+resumes at. The fetcher's first `/batch` is what lets environments register.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from axolotl.core.trainers.grpo.async_trainer import BaseDataProducer, RolloutDataset
+from transformers import TrainerCallback
+
+from grpo_plugin.atropos.api import AtroposAPI, AtroposError
+from grpo_plugin.atropos.fetcher import BatchFetcher
+from grpo_plugin.atropos.spool import Spool
+from grpo_plugin.atropos.tensorize import TensorBatch, tensorize
+from grpo_plugin.serve.ledger import fingerprint
+
+
+def env_score(prompts=None, completions=None, atropos_score=None, **kwargs) -> list[float | None]:
+    """The reward function of grpo.atropos runs (the plugin names it in trl.reward_funcs): the environment's
+    score of each sequence. Padding rows (see AtroposProducer) have no score (None: NaN to axolotl)."""
+    if atropos_score is None:
+        raise ValueError("grpo_plugin.producers.atropos.env_score is the reward of grpo.atropos runs; it reads the "
+                         "environments' scores and cannot score rollouts generated from `datasets:`")
+    return list(atropos_score)
+
+
+def placeholder_dataset(cfg):
+    """axolotl's trainer needs a train dataset; with Atropos the prompts come from the environments, so the
+    plugin's load_datasets hook returns one placeholder row per sequence of a step."""
+    from axolotl.common.datasets import TrainDatasetMeta
+    from datasets import Dataset
+
+    from grpo_plugin.args import atropos_batch_size
+
+    rows = max(1, atropos_batch_size(cfg))
+    return TrainDatasetMeta(train_dataset=Dataset.from_dict({"prompt": ["(rollouts come from Atropos)"] * rows}),
+                            eval_dataset=None, total_num_steps=int(cfg.get("max_steps") or 0) or None)
+
+
+def _say(msg: str) -> None:
+    print(f"[grpo_plugin] atropos: {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class PreparedBatch:
+    seq: int
+    meta: dict
+    tensors: TensorBatch
+    versions: list[int | None]  # per kept sequence: the policy version that generated it (None: unknown)
+    prompts: list[str]
+    completions: list[str]
+    completion_ids: list[list[int]]
+    groups_received: int
+
+
+class AtroposProducer(BaseDataProducer):
+    def __init__(self, config, *, settings, trainer, on_rollout=None):
+        super().__init__(config)
+        self.settings = settings
+        self.trainer = trainer
+        self.on_rollout = on_rollout
+        self.api = AtroposAPI(settings.url, timeout=settings.request_timeout)
+        self.fetcher: BatchFetcher | None = None
+        self.spool: Spool | None = None
+        self.rejected_total = 0
+        self.trained_batches = 0
+        self._saving = True
+        self._version_warned = False
+
+    # ---- axolotl's DataProducer protocol ----------------------------------------------------------
+    def produce(self, model, global_step, **kwargs) -> RolloutDataset:
+        if self.fetcher is None:
+            self._start(global_step)
+        t0 = time.perf_counter()
+        rejected = 0
+        while True:
+            item: PreparedBatch = self.fetcher.get(self.settings.wait_timeout,
+                                                   f"waiting for an Atropos batch from {self.settings.url}")
+            rejected += len(item.tensors.rejections)
+            if item.tensors.num_sequences:
+                break
+            _say(f"batch {item.seq}: every group was rejected; nothing to train on, fetching the next one")
+            self.spool.discard(item.seq)
+        self.spool.mark_consumed(item.seq, global_step)
+        if not self._saving:  # no checkpoint will ever cover it: nothing to resume from
+            self.spool.release(global_step + self.spool.span)
+        wait_ms = (time.perf_counter() - t0) * 1e3
+        self.rejected_total += rejected
+        self.trained_batches += 1
+        output = self._rollout(item)
+        if self.on_rollout is not None:
+            self.on_rollout(wait_ms, **self._lag(item, global_step), atropos_batch=item.seq,
+                            atropos_groups=item.tensors.num_groups, atropos_rejected_groups=rejected,
+                            atropos_padding_rows=output["_atropos_padding_rows"],
+                            atropos_queued=self.fetcher.queued)
+        return RolloutDataset(output)
+
+    # ---- start-up -------------------------------------------------------------------------------
+    def _start(self, global_step: int) -> None:
+        tr = self.trainer
+        args = tr.args
+        if tr.accelerator.num_processes > 1:
+            raise ValueError(f"grpo.atropos: this run has {tr.accelerator.num_processes} trainer processes; the "
+                             "Atropos producer supports one trainer process in this version.")
+        self.local_batch = args.per_device_train_batch_size * args.steps_per_generation
+        self.global_batch = self.local_batch * tr.accelerator.num_processes
+        span = max(1, (args.steps_per_generation * args.num_iterations) // args.gradient_accumulation_steps)
+        self._saving = str(getattr(args.save_strategy, "value", args.save_strategy)) != "no"
+        root = self.settings.spool_dir or str(Path(args.output_dir) / "atropos_spool")
+        self.spool = Spool(root, span=span)
+        from grpo_plugin.server import Progress, wait_until
+
+        if not self.api.reachable():
+            waited = wait_until(self.api.reachable, self.settings.wait_timeout or 1e12,
+                                Progress(f"waiting for the Atropos run-api at {self.settings.url}"),
+                                lambda _: "not up yet — start it with `run-api --port N`", ready="connected",
+                                poll=1.0)
+            if waited is None:
+                raise AtroposError(f"the Atropos run-api at {self.settings.url} did not answer within "
+                                   f"{self.settings.wait_timeout:.0f} s. Start it with `run-api --port "
+                                   f"{self.settings.url.rsplit(':', 1)[-1]}`.")
+        if global_step == 0:
+            dropped = self.spool.clear()
+            if dropped:
+                _say(f"a fresh run: discarded {dropped} batch(es) an earlier run left in {root}")
+            if self.settings.reset_on_start:
+                self.api.reset()
+            replay: list[int] = []
+        else:
+            replay = self.spool.resume(global_step)
+            _say(f"resuming at step {global_step}: {len(replay)} spooled batch(es) are trained first "
+                 f"(from {root}), then new ones from the run-api")
+        self._register(global_step + len(replay))
+        tok = tr.processing_class
+        self._tokenizer = tok
+        unwrapped = tr.accelerator.unwrap_model(tr.model)
+        self._vocab = unwrapped.get_input_embeddings().num_embeddings
+        from grpo_plugin.args import loaded_cfg
+
+        self._max_len = self.settings.max_token_len or int(loaded_cfg().get("sequence_len") or 2048)
+        scale = getattr(tr, "scale_rewards", "group")
+        self._scale = {True: "group", False: "none"}.get(scale, scale)
+        self._temperature = float(tr.temperature or 1.0)
+        from grpo_plugin.client import VLLMServerClient
+
+        self._version_client = VLLMServerClient(tr.vllm_server.base_url, timeout=30)
+        self.fetcher = BatchFetcher(
+            self.api, self.spool, self._prepare, capacity=self.settings.prefetch, batch_size=self.global_batch,
+            poll_interval=self.settings.poll_interval, max_backoff=self.settings.max_backoff,
+            lookup_versions=self._lookup_versions, meta=self._fetch_meta,
+            reregister=lambda: self._register(tr.state.global_step))
+        self.fetcher.start(replay)
+        tr.add_callback(_SpoolRelease(self))
+
+    def _register(self, starting_step: int) -> None:
+        args = self.trainer.args
+        from grpo_plugin.args import loaded_cfg
+
+        cfg = loaded_cfg()
+        interval = int(args.save_steps) if self._saving and float(args.save_steps).is_integer() else -1
+        self.api.register(batch_size=self.global_batch, max_token_len=self.settings.max_token_len or int(
+            cfg.get("sequence_len") or 2048), starting_step=starting_step, num_steps=int(args.max_steps),
+            checkpoint_dir=str(args.output_dir), save_checkpoint_interval=interval,
+            wandb_project=str(cfg.get("wandb_project") or ""), wandb_group=str(cfg.get("wandb_run_id") or ""))
+        info = self.api.info()
+        if int(info.get("batch_size", -1)) != self.global_batch:
+            raise AtroposError(
+                f"the run-api at {self.settings.url} forms batches of {info.get('batch_size')} sequences (it keeps "
+                f"the first registration it got) but this trainer takes {self.global_batch} per step. Restart the "
+                "run-api, or let the trainer reset it (grpo.atropos.reset_on_start: true, a fresh run).")
+        _say(f"registered with the run-api at {self.settings.url}: {self.global_batch} sequences per batch, "
+             f"starting at step {starting_step} of {int(args.max_steps)}")
+
+    # ---- the fetcher thread's work --------------------------------------------------------------
+    def _fetch_meta(self) -> dict:
+        tr = self.trainer
+        return {"fetch_step": int(tr.state.global_step), "synced_version": tr._synced_version}
+
+    def _lookup_versions(self, groups: list) -> list | None:
+        fps = [fingerprint(seq) if isinstance(seq, list) and all(isinstance(t, int) for t in seq) else ""
+               for g in groups if isinstance(g, dict) for seq in (g.get("tokens") or [])]
+        try:
+            return self._version_client.policy_versions(fps)
+        except Exception as exc:  # the lag falls back to a lower bound; training goes on
+            if not self._version_warned:
+                self._version_warned = True
+                _say(f"cannot look up which policy generated the batches ({exc}); policy_lag is reported as a "
+                     "lower bound (from the weights the server held when the batch was fetched)")
+            return None
+
+    def _prepare(self, seq: int, meta: dict, groups: list) -> PreparedBatch:
+        t = tensorize(groups, pad_token_id=self.trainer.pad_token_id, vocab_size=self._vocab, max_len=self._max_len,
+                      scale_rewards=self._scale, default_temperature=self._temperature)
+        for r in t.rejections:
+            _say(f"batch {seq}: rejected {r} — the rest of the batch trains")
+        versions_all = meta.get("versions")
+        sizes = [len(g.get("tokens") or []) if isinstance(g, dict) else 0 for g in groups]
+        starts = [0]
+        for n in sizes:
+            starts.append(starts[-1] + n)
+        versions: list[int | None] = []
+        k_prev, k = None, 0
+        for gi in t.group_index.tolist():
+            k = k + 1 if gi == k_prev else 0
+            k_prev = gi
+            v = versions_all[starts[gi] + k] if versions_all and starts[gi] + k < len(versions_all) else None
+            versions.append(v)
+        completion_ids = [row[:n].tolist() for row, n in zip(t.completion_ids, t.completion_lengths.tolist())]
+        prompt_ids = [row[m.bool()].tolist() for row, m in zip(t.prompt_ids, t.prompt_mask)]
+        tok = self._tokenizer
+        return PreparedBatch(seq=seq, meta=meta, tensors=t, versions=versions,
+                             prompts=tok.batch_decode(prompt_ids, skip_special_tokens=True),
+                             completions=tok.batch_decode(completion_ids, skip_special_tokens=True),
+                             completion_ids=completion_ids, groups_received=len(groups))
+
+    # ---- the rollout axolotl trains on ------------------------------------------------------------
+    def _rollout(self, item: PreparedBatch) -> dict[str, Any]:
+        t = item.tensors
+        S, B = t.num_sequences, self.local_batch
+        if S > B:
+            raise AtroposError(f"batch {item.seq} holds {S} sequences but this trainer takes {B} per step: the run-api "
+                               "was registered with another batch size. Restart it (or reset it: "
+                               "grpo.atropos.reset_on_start: true on a fresh run).")
+        # Rejected groups leave the batch short: fill it with copies of kept rows that train nothing (mask 0,
+        # advantage 0, no score), so axolotl's per-step split keeps every real row.
+        idx = torch.arange(B) % S
+        real = torch.arange(B) < S
+        device = self.trainer.accelerator.device
+        cmask = t.completion_mask[idx] * real.unsqueeze(1).long()
+        adv = t.advantages[idx] * (real.view(-1, *([1] * (t.advantages.dim() - 1)))).float()
+        scores = [float(x) for x in t.scores.tolist()] + [None] * (B - S)
+        prompts = [item.prompts[i] for i in idx.tolist()]
+        completions = [item.completions[i] for i in idx.tolist()]
+        return {
+            "prompt_ids": t.prompt_ids[idx].to(device),
+            "prompt_mask": t.prompt_mask[idx].to(device),
+            "completion_ids": t.completion_ids[idx].to(device),
+            "completion_mask": cmask.to(device),
+            "sampling_per_token_logps": t.sampling_logps[idx].to(device),
+            "advantages": torch.zeros(B, device=device),  # axolotl's, from env_score; replaced by ours below
+            "atropos_advantages": adv.to(device),
+            "temperatures": t.temperatures[idx].to(device),
+            "num_items_in_batch": cmask.sum().to(device),
+            # deferred scoring: axolotl computes policy logprobs, the IS ratio and the reward metrics
+            "_pending_policy_logps": True,
+            "_deferred_inputs": [{"prompt": p, "atropos_score": s} for p, s in zip(prompts, scores)],
+            "_deferred_prompts": prompts,
+            "_deferred_completions": completions,
+            "_deferred_completion_ids_list": [item.completion_ids[i] for i in idx.tolist()],
+            "_rank0_only": False,
+            "_atropos_real_rows": S,
+            "_atropos_padding_rows": B - S,
+        }
+
+    @staticmethod
+    def _lag(item: PreparedBatch, step: int) -> dict:
+        """Optimizer steps between the weights that generated the batch and the weights it trains: from the
+        server's ledger when it knows the sequences, else a lower bound from the weights the server held when
+        the batch was fetched. A sequence generated by weights newer than `step` (from before a resume to an
+        earlier checkpoint) has no meaningful lag and is left out."""
+        known = [step - v for v in item.versions if v is not None and v <= step]
+        if known:
+            return {"policy_lag": max(known), "policy_lag_mean": round(statistics.fmean(known), 3),
+                    "policy_lag_source": "ledger"}
+        synced = item.meta.get("synced_version")
+        lag = step - synced if synced is not None and synced <= step else None
+        return {"policy_lag": lag, "policy_lag_mean": lag, "policy_lag_source": "fetch_lower_bound"}
+
+    # ---- checkpoints and the end ----------------------------------------------------------------
+    def on_checkpoint(self, global_step: int) -> None:
+        if self.spool is not None:
+            self.spool.release(global_step)
+
+    def close(self) -> None:
+        if self.fetcher is None:
+            return
+        self.fetcher.stop()
+        pending, consumed = self.spool.counts()
+        if pending:
+            _say(f"{pending} fetched batch(es) were not trained; they stay in {self.spool.root} and a run resumed "
+                 "from this output_dir trains them first")
+        self.fetcher = None
+
+
+class _SpoolRelease(TrainerCallback):
+    def __init__(self, producer: AtroposProducer):
+        self.producer = producer
+
+    def on_save(self, args, state, control, **kwargs):
+        self.producer.on_checkpoint(state.global_step)
