@@ -6,11 +6,13 @@
 #     ./scripts/demo.sh                 lora_sync: a LoRA adapter, hot-swapped into the server
 #     ./scripts/demo.sh restart         restart: full fine-tuning, the server reloads the weights in place
 #     ./scripts/demo.sh ipc             ipc: full fine-tuning, trainer and server share one copy of the weights
+#     ./scripts/demo.sh atropos         an Atropos environment generates and scores the rollouts (run-api, env,
+#                                       vLLM server and trainer started and stopped by grpo_plugin.atropos.launch)
 # Further arguments go to `axolotl train`.
 set -euo pipefail
 MODE=lora_sync
 case "${1:-}" in
-  lora_sync|restart|ipc) MODE="$1"; shift ;;
+  lora_sync|restart|ipc|atropos) MODE="$1"; shift ;;
 esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -24,6 +26,11 @@ if [ ! -f demo/tiny-qwen2/model.safetensors ] || [ ! -f demo/data/digits.jsonl ]
   python -m grpo_plugin.tiny --out demo
 fi
 OUT="outputs/quickstart_$MODE"
-echo "[demo] axolotl train configs/quickstart_$MODE.yaml  (server log: $OUT/vllm_server.log)"
-axolotl train "configs/quickstart_$MODE.yaml" "$@"
+if [ "$MODE" = atropos ]; then
+  echo "[demo] python -m grpo_plugin.atropos.launch configs/quickstart_atropos.yaml  (logs: $OUT/atropos_logs/)"
+  python -m grpo_plugin.atropos.launch configs/quickstart_atropos.yaml ${1:+--} "$@"
+else
+  echo "[demo] axolotl train configs/quickstart_$MODE.yaml  (server log: $OUT/vllm_server.log)"
+  axolotl train "configs/quickstart_$MODE.yaml" "$@"
+fi
 python -m grpo_plugin.metrics "$OUT"

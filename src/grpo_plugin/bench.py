@@ -3,6 +3,7 @@
     python -m grpo_plugin.bench sync --mode lora_sync [--model DIR] [--repeats 30] [--json]
     python -m grpo_plugin.bench sync --mode restart [--sizes tiny,100m] [--repeats 20] [--process-repeats 3]
     python -m grpo_plugin.bench ipc [--sizes tiny,100m] [--repeats 20]   (see grpo_plugin/bench_ipc.py)
+    python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--spool DIR]   (bench_atropos.py)
 
 `sync`: in ONE run, on the same model, adapter and vLLM server, measures the trainer-visible pause of
   - ours: grpo_plugin's `lora_sync` push (adapter tensors -> /dev/shm, `/v1/load_lora_adapter` load_inplace,
@@ -330,7 +331,18 @@ def main(argv: list[str] | None = None) -> None:
     i.add_argument("--repeats", type=int, default=20, help="syncs per mode and model")
     i.add_argument("--eager-only", action="store_true", help="skip the torch.compile'd servers")
     i.add_argument("--json", action="store_true", help="print one JSON object")
+    a = sub.add_parser("atropos", help="Atropos batch -> tensors: ours vs the Atropos example trainer")
+    a.add_argument("--shapes", default="quickstart,gsm8k,long", help="synthetic batch shapes")
+    a.add_argument("--repeats", type=int, default=5)
+    a.add_argument("--spool", default=None, help="also time the batches recorded in this atropos_spool dir")
+    a.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
+    if args.cmd == "atropos":
+        from grpo_plugin import bench_atropos
+
+        out = bench_atropos.run([x for x in args.shapes.split(",") if x], args.repeats, args.spool)
+        print(json.dumps(out)) if args.json else bench_atropos.report(out)
+        return
     if args.cmd == "ipc":
         from grpo_plugin import bench_ipc
 

@@ -51,8 +51,9 @@ class AtroposAPI:
         if resp.status_code != 200:
             hint = ""
             if path == "/batch" and resp.status_code >= 500:
-                hint = (" (the run-api could not send a batch: a group holding a NaN or infinite score makes its "
-                        "JSON encoder fail, and that batch is lost at the API; fix the environment's scoring)")
+                hint = (" (the run-api could not send a batch: most often a group holding a NaN or infinite score, "
+                        "which its JSON encoder refuses, and that batch is lost at the API; fix the environment's "
+                        "scoring. See the run-api's log)")
             raise AtroposError(f"{method} {path} -> HTTP {resp.status_code}: {resp.text[:300]}{hint}")
         return resp
 
@@ -91,7 +92,13 @@ class AtroposAPI:
     # ---- data -----------------------------------------------------------------------------------
     def batch(self) -> tuple[list[dict] | None, bytes]:
         """(the next batch — a list of groups — or None when none is ready, the reply's raw bytes)."""
-        resp = self._request("GET", "/batch")
+        try:
+            resp = self._request("GET", "/batch")
+        except AtroposError as exc:
+            if "HTTP 5" in str(exc) and self._lost_registration():
+                raise NotRegisteredError("GET /batch: the run-api was reset (/reset_data) and holds no trainer "
+                                         "registration") from exc
+            raise
         try:
             body = _loads(resp.content)
         except ValueError as exc:
@@ -106,6 +113,14 @@ class AtroposAPI:
         if not isinstance(batch, list):
             raise AtroposError(f"GET /batch answered a {type(batch).__name__} batch: {str(batch)[:200]}")
         return batch, resp.content
+
+    def _lost_registration(self) -> bool:
+        """After /reset_data and before the next /register, the run-api's /batch fails with HTTP 500 and /info
+        reports batch_size -1."""
+        try:  # a new connection: uvicorn closes the one a 500 was sent on
+            return int(requests.get(f"{self.url}/info", timeout=self.timeout).json().get("batch_size", -1)) < 0
+        except (requests.RequestException, AttributeError, TypeError, ValueError):
+            return False
 
     # ---- diagnosis while waiting ----------------------------------------------------------------
     def info(self) -> dict:

@@ -143,14 +143,6 @@ def _flat(rows_per_group: list[list[list]], count: int, dtype) -> np.ndarray:
     return np.fromiter(chain.from_iterable(chain.from_iterable(rows_per_group)), dtype=dtype, count=count)
 
 
-def _segment_first(flags: torch.Tensor, seq_of: torch.Tensor, n_seq: int) -> torch.Tensor:
-    """Per sequence: flat index of the first True flag, or -1."""
-    big = flags.numel()
-    idx = torch.where(flags, torch.arange(big), torch.full_like(seq_of, big))
-    first = torch.full((n_seq,), big, dtype=torch.long).scatter_reduce_(0, seq_of, idx, "amin")
-    return torch.where(first == big, torch.full_like(first, -1), first)
-
-
 def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int, scale_rewards: str = "group",
               default_temperature: float = 1.0) -> TensorBatch:
     """Validate and convert one Atropos batch. Rejected groups are listed in `.rejections`; the result holds
@@ -201,102 +193,114 @@ def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int,
         kept = good
         lengths, tok, msk, lps, adv = flatten(kept)
 
-    # 3. value checks on flat tensors
-    lengths_t = torch.tensor(lengths, dtype=torch.long)
+    # 3. value checks on the flat arrays (numpy passes: no per-token Python, no thread-pool start-up per op)
     n_seq = len(lengths)
-    seq_of = torch.repeat_interleave(torch.arange(n_seq), lengths_t)
-    offsets = torch.cumsum(lengths_t, 0) - lengths_t
-    pos = torch.arange(len(tok)) - offsets[seq_of]
-    tok_t, msk_t = torch.from_numpy(tok), torch.from_numpy(msk)
-    lps_t = torch.from_numpy(lps)
-    trained = msk_t != IGNORE
-    # position 0 has nothing before it: it is prompt whatever its mask says
-    trained &= pos > 0
-    checks = [
-        ((tok_t < 0) | (tok_t >= vocab_size), lambda i: f"tokens[{{s}}][{{p}}] = {int(tok_t[i])} is not a token id "
-                                                        f"of this model (vocabulary size {vocab_size})"),
-        ((msk_t != IGNORE) & (msk_t != tok_t), lambda i: f"masks[{{s}}][{{p}}] = {int(msk_t[i])}: a mask must be "
-                                                         f"-100 or the token id ({int(tok_t[i])})"),
-        (trained & ~(torch.isfinite(lps_t) & (lps_t <= LOGPROB_SLACK)),
-         lambda i: f"inference_logprobs[{{s}}][{{p}}] = {float(lps_t[i])!r} at a trained position (a logprob must "
-                   f"be finite and <= 0; {MASKED_LOGPROB} marks masked positions only)"),
-    ]
-    adv_t = torch.from_numpy(adv) if adv is not None else None
-    if adv_t is not None:
-        checks.append((trained & ~torch.isfinite(adv_t),
-                       lambda i: f"advantages[{{s}}][{{p}}] = {float(adv_t[i])!r} is not finite"))
+    if n_seq == 0:
+        return _empty(rejections)
+    lengths_a = np.asarray(lengths, dtype=np.int64)
+    offsets = np.cumsum(lengths_a) - lengths_a
+    seq_of = np.repeat(np.arange(n_seq), lengths_a)
+    pos = np.arange(len(tok)) - offsets[seq_of]
+    trained = (msk != IGNORE) & (pos > 0)  # position 0 has nothing before it: prompt whatever its mask says
     # group index of each kept sequence, and the sequence's index inside its group
-    seq_group = torch.tensor([gi for gi in kept for _ in groups[gi]["tokens"]], dtype=torch.long)
-    seq_in_group = torch.tensor([i for gi in kept for i in range(len(groups[gi]["tokens"]))], dtype=torch.long)
-    bad_group = torch.zeros(len(groups), dtype=torch.bool)
-    for flags, message in checks:
-        first = _segment_first(flags, seq_of, n_seq)
-        for s in torch.nonzero(first >= 0).flatten().tolist():
-            gi = int(seq_group[s])
+    seq_group = np.fromiter((gi for gi in kept for _ in groups[gi]["tokens"]), np.int64, n_seq)
+    seq_in_group = np.fromiter((i for gi in kept for i in range(len(groups[gi]["tokens"]))), np.int64, n_seq)
+    bad_group = np.zeros(len(groups), dtype=bool)
+
+    def flag(flags: np.ndarray, message) -> None:
+        """Reject the group of every sequence with a flagged token, naming its first such token."""
+        if not flags.any():
+            return
+        idx = np.flatnonzero(flags)
+        seqs = seq_of[idx]
+        first = np.r_[True, seqs[1:] != seqs[:-1]]
+        for i, sq in zip(idx[first].tolist(), seqs[first].tolist()):
+            gi = int(seq_group[sq])
             if not bad_group[gi]:
-                i = int(first[s])
-                reject(gi, message(i).format(s=int(seq_in_group[s]), p=int(pos[i])))
+                reject(gi, message(i).format(s=int(seq_in_group[sq]), p=int(pos[i])))
                 bad_group[gi] = True
-    untrained = torch.zeros(n_seq, dtype=torch.long).index_add_(0, seq_of, trained.long()) == 0
-    for s in torch.nonzero(untrained).flatten().tolist():
-        gi = int(seq_group[s])
+
+    flag((tok < 0) | (tok >= vocab_size),
+         lambda i: f"tokens[{{s}}][{{p}}] = {int(tok[i])} is not a token id of this model (vocabulary size "
+                   f"{vocab_size})")
+    flag((msk != IGNORE) & (msk != tok),
+         lambda i: f"masks[{{s}}][{{p}}] = {int(msk[i])}: a mask must be -100 or the token id ({int(tok[i])})")
+    flag(trained & ~(np.isfinite(lps) & (lps <= LOGPROB_SLACK)),
+         lambda i: f"inference_logprobs[{{s}}][{{p}}] = {float(lps[i])!r} at a trained position (a logprob must "
+                   f"be finite and <= 0; {MASKED_LOGPROB} marks masked positions only)")
+    if adv is not None:
+        flag(trained & ~np.isfinite(adv), lambda i: f"advantages[{{s}}][{{p}}] = {float(adv[i])!r} is not finite")
+    for sq in np.flatnonzero(np.bincount(seq_of, weights=trained, minlength=n_seq) == 0).tolist():
+        gi = int(seq_group[sq])
         if not bad_group[gi]:
-            reject(gi, f"sequence {int(seq_in_group[s])} has no trained token (every mask after position 0 is -100)")
+            reject(gi, f"sequence {int(seq_in_group[sq])} has no trained token (every mask after position 0 is "
+                       "-100)")
             bad_group[gi] = True
 
     # 4. keep the sequences of good groups
-    keep_seq = ~bad_group[seq_group] if n_seq else torch.zeros(0, dtype=torch.bool)
-    temps_t = torch.tensor(temps, dtype=torch.float64)[keep_seq] if n_seq else torch.zeros(0, dtype=torch.float64)
-    if not bool(keep_seq.all()):
+    keep_seq = ~bad_group[seq_group]
+    temps_a = np.asarray(temps, dtype=np.float64)[keep_seq]
+    if not keep_seq.all():
+        if not keep_seq.any():
+            return _empty(rejections)
         keep_tok = keep_seq[seq_of]
-        tok_t, msk_t, lps_t, trained = tok_t[keep_tok], msk_t[keep_tok], lps_t[keep_tok], trained[keep_tok]
-        adv_t = adv_t[keep_tok] if adv_t is not None else None
-        lengths_t, seq_group, seq_in_group = lengths_t[keep_seq], seq_group[keep_seq], seq_in_group[keep_seq]
-        n_seq = int(lengths_t.numel())
-        seq_of = torch.repeat_interleave(torch.arange(n_seq), lengths_t)
-        offsets = torch.cumsum(lengths_t, 0) - lengths_t
-        pos = torch.arange(len(tok_t)) - offsets[seq_of]
-    good_groups = sorted({int(g) for g in seq_group.tolist()})
-    scores = torch.tensor([float(s) for gi in good_groups for s in groups[gi]["scores"]], dtype=torch.float32)
+        tok, lps, trained = tok[keep_tok], lps[keep_tok], trained[keep_tok]
+        adv = adv[keep_tok] if adv is not None else None
+        lengths_a, seq_group, seq_in_group = lengths_a[keep_seq], seq_group[keep_seq], seq_in_group[keep_seq]
+        n_seq = len(lengths_a)
+        offsets = np.cumsum(lengths_a) - lengths_a
+        seq_of = np.repeat(np.arange(n_seq), lengths_a)
+    good_groups, group_of_seq = np.unique(seq_group, return_inverse=True)
+    scores = torch.tensor([float(x) for gi in good_groups.tolist() for x in groups[gi]["scores"]],
+                          dtype=torch.float32)
 
     # 5. prompt = tokens before the first trained position; completion = the rest
-    first_trained = _segment_first(trained, seq_of, n_seq)
-    prompt_len = (first_trained - offsets).clamp(min=1) if n_seq else first_trained
-    comp_len = lengths_t - prompt_len
-    P = int(prompt_len.max()) if n_seq else 0
-    C = int(comp_len.max()) if n_seq else 0
-    last = max(len(tok_t) - 1, 0)
-    ar_p, ar_c = torch.arange(P), torch.arange(C)
-    p_valid = ar_p.unsqueeze(0) >= (P - prompt_len).unsqueeze(1)
-    p_idx = (offsets.unsqueeze(1) + ar_p.unsqueeze(0) - (P - prompt_len).unsqueeze(1)).clamp(0, last)
-    c_valid = ar_c.unsqueeze(0) < comp_len.unsqueeze(1)
-    c_idx = (offsets.unsqueeze(1) + prompt_len.unsqueeze(1) + ar_c.unsqueeze(0)).clamp(0, last)
-    pad = torch.tensor(pad_token_id, dtype=torch.long)
-    prompt_ids = torch.where(p_valid, tok_t[p_idx], pad) if n_seq else torch.zeros(0, 0, dtype=torch.long)
-    completion_ids = torch.where(c_valid, tok_t[c_idx], pad) if n_seq else torch.zeros(0, 0, dtype=torch.long)
-    completion_mask = (c_valid & trained[c_idx]).long() if n_seq else torch.zeros(0, 0, dtype=torch.long)
-    sampling = (torch.where(completion_mask.bool(), lps_t[c_idx], torch.zeros((), dtype=lps_t.dtype)).float()
-                if n_seq else torch.zeros(0, 0))
+    idx = np.flatnonzero(trained)
+    seqs = seq_of[idx]
+    first = np.r_[True, seqs[1:] != seqs[:-1]]
+    first_trained = np.empty(n_seq, dtype=np.int64)
+    first_trained[seqs[first]] = idx[first]  # every kept sequence has a trained token
+    prompt_len = first_trained - offsets
+    comp_len = lengths_a - prompt_len
+    P, C, last = int(prompt_len.max()), int(comp_len.max()), len(tok) - 1
+    lead = (P - prompt_len)[:, None]
+    p_valid = np.arange(P)[None, :] >= lead
+    p_idx = np.clip(offsets[:, None] + np.arange(P)[None, :] - lead, 0, last)
+    c_valid = np.arange(C)[None, :] < comp_len[:, None]
+    c_idx = np.clip((offsets + prompt_len)[:, None] + np.arange(C)[None, :], 0, last)
+    prompt_ids = np.where(p_valid, tok[p_idx], pad_token_id)
+    completion_ids = np.where(c_valid, tok[c_idx], pad_token_id)
+    completion_mask = c_valid & trained[c_idx]
+    sampling = np.where(completion_mask, lps[c_idx], 0.0).astype(np.float32)
 
     # 6. advantages
-    group_of_seq = torch.unique(seq_group, return_inverse=True)[1] if n_seq else seq_group
-    advantages = normalised_advantages(scores, group_of_seq, scale_rewards)
-    if adv_t is not None and n_seq:
-        env_given = torch.tensor([groups[int(gi)].get("advantages") is not None for gi in seq_group.tolist()])
-        per_token = torch.where(completion_mask.bool(), adv_t[c_idx], torch.zeros((), dtype=adv_t.dtype)).float()
+    advantages = normalised_advantages(scores, torch.from_numpy(group_of_seq.reshape(-1)), scale_rewards)
+    if adv is not None:
+        env_given = torch.tensor([groups[gi].get("advantages") is not None for gi in seq_group.tolist()])
+        per_token = torch.from_numpy(np.where(completion_mask, adv[c_idx], 0.0).astype(np.float32))
         advantages = torch.where(env_given.unsqueeze(1), per_token, advantages.unsqueeze(1).expand_as(per_token))
     zero = torch.tensor([bool(((groups[gi].get("overrides") or [None] * (k + 1))[k] or {}).get("set_advantage_to_zero"))
                          for gi, k in zip(seq_group.tolist(), seq_in_group.tolist())], dtype=torch.bool)
-    if n_seq and bool(zero.any()):
+    if bool(zero.any()):
         advantages = advantages.masked_fill(zero.view(-1, *([1] * (advantages.dim() - 1))), 0.0)
 
     rejections.sort(key=lambda r: r.group)
     return TensorBatch(
-        prompt_ids=prompt_ids, prompt_mask=p_valid.long() if n_seq else torch.zeros(0, 0, dtype=torch.long),
-        completion_ids=completion_ids, completion_mask=completion_mask, completion_lengths=comp_len,
-        sampling_logps=sampling,
-        advantages=advantages, temperatures=temps_t, scores=scores, group_index=seq_group,
-        num_groups=len(good_groups), rejections=rejections)
+        prompt_ids=torch.from_numpy(prompt_ids), prompt_mask=torch.from_numpy(p_valid.astype(np.int64)),
+        completion_ids=torch.from_numpy(completion_ids),
+        completion_mask=torch.from_numpy(completion_mask.astype(np.int64)),
+        completion_lengths=torch.from_numpy(comp_len), sampling_logps=torch.from_numpy(sampling),
+        advantages=advantages, temperatures=torch.from_numpy(temps_a), scores=scores,
+        group_index=torch.from_numpy(seq_group), num_groups=len(good_groups), rejections=rejections)
+
+
+def _empty(rejections: list[Rejection]) -> TensorBatch:
+    rejections.sort(key=lambda r: r.group)
+    long2, long1 = torch.zeros(0, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    return TensorBatch(prompt_ids=long2, prompt_mask=long2, completion_ids=long2, completion_mask=long2,
+                       completion_lengths=long1, sampling_logps=torch.zeros(0, 0), advantages=torch.zeros(0),
+                       temperatures=torch.zeros(0, dtype=torch.float64), scores=torch.zeros(0), group_index=long1,
+                       num_groups=0, rejections=rejections)
 
 
 def normalised_advantages(scores: torch.Tensor, group_of_seq: torch.Tensor, scale_rewards: str) -> torch.Tensor:

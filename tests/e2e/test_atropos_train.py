@@ -1,0 +1,187 @@
+"""grpo.atropos end to end, as a user runs it: `python -m grpo_plugin.atropos.launch config.yaml` starts the real
+Atropos run-api, `axolotl vllm-serve`, `axolotl train` and an Atropos environment (atroposlib BaseEnv) that
+generates on our server's /generate route and posts scored groups."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from tests.conftest import ROOT, free_port
+from tests.e2e.test_axolotl_train import env, gone
+
+pytestmark = pytest.mark.e2e
+LAUNCH = [sys.executable, "-m", "grpo_plugin.atropos.launch"]
+
+
+def atropos_config(tmp_path: Path, tiny_model_dir, tiny_data_file, *, full_weights: bool = False,
+                   grpo: dict | None = None, **top) -> tuple[Path, dict]:
+    cfg = yaml.safe_load((ROOT / "configs" / "quickstart_atropos.yaml").read_text())
+    cfg["base_model"] = str(tiny_model_dir)
+    cfg["output_dir"] = str(tmp_path / "out")
+    cfg["vllm"]["port"] = free_port()
+    atropos = cfg["grpo"]["atropos"]
+    atropos["url"] = f"http://127.0.0.1:{free_port()}"
+    args = atropos["envs"][0]["args"]
+    args[args.index("--env.data_path") + 1] = str(tiny_data_file)
+    if full_weights:
+        for key in ("adapter", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"):
+            cfg.pop(key)
+    cfg["grpo"].update(grpo or {})
+    cfg.update(top)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path, cfg
+
+
+def launch(path: Path, *train_args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    cmd = [*LAUNCH, str(path), *(["--", *train_args] if train_args else [])]
+    return subprocess.run(cmd, cwd=ROOT, env=env(), text=True, capture_output=True, timeout=timeout)
+
+
+def started_pids(log: str) -> dict[str, int]:
+    return {name: int(pid) for name, pid in re.findall(r"started (.+?) \(pid (\d+)\)", log)}
+
+
+def records(cfg: dict) -> list[dict]:
+    return [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
+
+
+def summary(cfg: dict) -> dict:
+    return json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+
+
+def assert_everything_stopped(log: str) -> None:
+    pids = started_pids(log)
+    assert {"Atropos run-api", "trainer (axolotl train)", "environment 0 (grpo_plugin.atropos.prompt_env)"} <= set(
+        pids), pids
+    assert all(gone(pid, timeout=10) for pid in pids.values()), pids
+
+
+def test_quickstart_learns_from_an_atropos_env_with_every_sync_verified(tmp_path, tiny_model_dir, tiny_data_file,
+                                                                       cache_env):
+    steps = 30
+    path, cfg = atropos_config(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps)
+    proc = launch(path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    recs = records(cfg)
+    assert [r["step"] for r in recs] == list(range(1, steps + 1))
+    # every step trained a whole Atropos batch; none was rejected or padded
+    assert all(r["atropos_rejected_groups"] == 0 and r["atropos_padding_rows"] == 0 for r in recs), recs
+    assert all(r["atropos_groups"] == 4 for r in recs)
+    assert [r["atropos_batch"] for r in recs] == list(range(steps))  # in fetch order, each once
+    # every sync pushed and verified by the logprob probe; the lag of each batch is known from the server ledger
+    assert all(r["sync_pushed"] and r["sync_logprob_diff"] is not None and r["sync_logprob_diff"] <= 1e-4
+               for r in recs), [r["sync_logprob_diff"] for r in recs]
+    assert all(r["policy_lag_source"] == "ledger" and r["policy_lag"] is not None for r in recs)
+    assert recs[0]["policy_lag"] == 0 and max(r["policy_lag"] for r in recs) >= 1  # async: some batches lag
+    assert len(re.findall(r"'grpo/policy_lag': \d+", log)) == steps
+    s = summary(cfg)
+    assert s["all_syncs_verified"] is True, s
+    assert s["atropos"]["rejected_groups"] == 0 and s["atropos"]["batches_trained"] == steps, s
+    assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
+    assert_everything_stopped(log)
+
+
+@pytest.mark.parametrize("mode", ["restart", "ipc"])
+def test_full_weight_sync_modes_train_on_atropos_batches(tmp_path, tiny_model_dir, tiny_data_file, cache_env,
+                                                         mode):
+    steps = 6
+    path, cfg = atropos_config(tmp_path, tiny_model_dir, tiny_data_file, full_weights=True, grpo={"sync": mode},
+                               max_steps=steps, learning_rate=1e-4)
+    proc = launch(path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    recs = records(cfg)
+    assert [r["atropos_batch"] for r in recs] == list(range(steps))
+    assert all(r["sync_mode"] == mode for r in recs)
+    assert all(r["sync_logprob_diff"] is not None and r["sync_logprob_diff"] <= 1e-4 for r in recs), recs
+    assert all(r["policy_lag_source"] == "ledger" for r in recs), recs
+    s = summary(cfg)
+    assert s["all_syncs_verified"] is True and s["atropos"]["rejected_groups"] == 0, s
+    assert_everything_stopped(log)
+
+
+def _wait_for(cond, timeout: float, what: str, proc: subprocess.Popen, log: Path):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = cond()
+        if value:
+            return value
+        if proc.poll() is not None:
+            pytest.fail(f"the launcher exited ({proc.returncode}) before {what}:\n{log.read_text()[-6000:]}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-6000:]}")
+
+
+def test_killed_run_resumes_without_losing_or_repeating_a_batch_and_rejects_a_malformed_group(
+        tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    """Run 1 is killed (SIGKILL to `axolotl train`) mid-run, after a checkpoint; run 2 resumes from it: the
+    batches trained after the checkpoint and those fetched but never trained are replayed from the spool, in
+    order, before new ones. During run 2 a malformed group (a token id outside the vocabulary) is posted to the
+    run-api: it is rejected with a reason, the other groups of its batch train, and the run completes."""
+    steps = 12
+    path, cfg = atropos_config(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps, save_strategy="steps",
+                               save_steps=3, auto_resume_from_checkpoints=True)
+    out = Path(cfg["output_dir"])
+    metrics = out / "grpo_metrics.jsonl"
+    log1 = tmp_path / "run1.log"
+    with log1.open("w") as fh:
+        run1 = subprocess.Popen([*LAUNCH, str(path)], cwd=ROOT, env=env(), stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        _wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 5, 600,
+                  "step 5 of run 1", run1, log1)
+        trainer = started_pids(log1.read_text())["trainer (axolotl train)"]
+        os.killpg(trainer, signal.SIGKILL)  # the trainer's own process group, started by our launcher
+        assert run1.wait(timeout=180) != 0
+    finally:
+        if run1.poll() is None:
+            os.killpg(run1.pid, signal.SIGINT)
+            run1.wait(timeout=180)
+    run1_recs = [json.loads(x) for x in metrics.read_text().splitlines()]
+    checkpoints = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    assert checkpoints and checkpoints[-1] < len(run1_recs) + 1, (checkpoints, len(run1_recs))
+    resumed_at = checkpoints[-1]
+    spooled = sorted(p.name for p in (out / "atropos_spool").rglob("*.batch"))
+    assert spooled, "run 1 left nothing in the spool"
+
+    log2 = tmp_path / "run2.log"
+    with log2.open("w") as fh:
+        run2 = subprocess.Popen([*LAUNCH, str(path)], cwd=ROOT, env=env(), stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        _wait_for(lambda: "registered with the run-api" in log2.read_text(), 600, "run 2 to register", run2, log2)
+        url = cfg["grpo"]["atropos"]["url"]
+        bad = {"tokens": [[5, 6, 10 ** 6]] * 8, "masks": [[-100, 6, 10 ** 6]] * 8,
+               "inference_logprobs": [[1.0, -0.5, -0.5]] * 8, "scores": [0.0] * 8}
+        assert requests.post(f"{url}/scored_data", json=bad, timeout=10).status_code == 200
+        assert run2.wait(timeout=900) == 0, log2.read_text()[-6000:]
+    finally:
+        if run2.poll() is None:
+            os.killpg(run2.pid, signal.SIGINT)
+            run2.wait(timeout=180)
+    log = log2.read_text()
+    assert f"resuming at step {resumed_at}" in log, log[-4000:]
+    run2_recs = records(cfg)
+    assert [r["step"] for r in run2_recs] == list(range(resumed_at + 1, steps + 1))
+    trained = [r["atropos_batch"] for r in run1_recs[:resumed_at]] + [r["atropos_batch"] for r in run2_recs]
+    assert trained == list(range(len(trained))), trained  # every fetched batch once, in order: none lost or repeated
+    s = summary(cfg)
+    assert s["atropos"]["rejected_groups"] == 1, s
+    assert re.search(r"rejected group \d+: tokens\[0\]\[2\] = 1000000 is not a token id", log), log[-4000:]
+    hit = [r for r in run2_recs if r["atropos_rejected_groups"]]
+    assert len(hit) == 1 and hit[0]["atropos_padding_rows"] == 8 and hit[0]["atropos_groups"] == 3, hit
+    assert s["all_syncs_verified"] is True, s
+    assert_everything_stopped(log)
