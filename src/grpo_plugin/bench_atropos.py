@@ -3,8 +3,10 @@
 
     python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--repeats 5] [--spool DIR] [--json]
 
-Both start from what `/batch` decodes to (Python lists) and end with every tensor the loss needs. The example
-trainer mutates its input, so each of its runs gets a fresh deep copy, made outside the timed region. Shapes:
+Two comparisons, both ending with every tensor the loss needs: from the Python lists `/batch` decodes to, and
+from the reply's bytes (what each trainer really receives: ours decodes the per-token fields straight into
+arrays, atropos/fastjson.py; the example trainer calls requests' `.json()`). The example trainer mutates its
+input, so each of its runs gets a fresh deep copy, made outside the timed region. Shapes:
 synthetic batches with the token/mask/logprob layout the environments send (prompt then completion, masks -100
 on the prompt, inference_logprobs 1.0 there), sized like the CPU quickstart, a GSM8K run and a long-reasoning
 run; `--spool DIR` adds batches recorded by a real run (an `atropos_spool` directory).
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 # name: (groups, group size, prompt tokens, completion tokens (max; lengths vary down to a quarter))
 SHAPES = {
@@ -48,20 +51,15 @@ def synthetic_batch(groups: int, size: int, prompt: int, completion: int, seed: 
 
 
 def recorded_batches(spool: Path) -> list[list[dict]]:
-    from grpo_plugin.atropos.spool import Spool
+    """The batches a real run left in its spool (pending/ and consumed/): the run-api's reply bytes as received."""
+    from grpo_plugin.atropos.fastjson import loads
 
     found = []
     for path in sorted(Path(spool).rglob("*.batch")):
-        sp = Spool.__new__(Spool)  # read-only: no directories created
-        sp.pending_dir = path.parent
-        seq = int(path.stem.split("-")[-1])
-        if path.parent.name == "consumed":
-            data = path.read_bytes().partition(b"\n")[2]
-            from grpo_plugin.atropos.api import _loads
-
-            found.append(_loads(data)["batch"])
-        else:
-            found.append(sp.load(seq)[1])
+        body = path.read_bytes().partition(b"\n")[2]
+        batch = loads(body).get("batch") if body else None
+        if batch:
+            found.append(batch)
     return found
 
 
@@ -78,8 +76,10 @@ def _time(fn, repeats: int, setup=None) -> list[float]:
 def bench_one(batch: list[dict], repeats: int) -> dict:
     from example_trainer.data import pad_data_to_good_offset
 
-    from grpo_plugin.atropos.api import _loads
-    from grpo_plugin.atropos.tensorize import tensorize
+    from grpo_plugin.atropos.api import parse_batch
+    from grpo_plugin.atropos.tensorize import tensorize, warm_up
+
+    warm_up()
 
     n_seq = sum(len(g["tokens"]) for g in batch)
     n_tok = sum(len(t) for g in batch for t in g["tokens"])
@@ -88,11 +88,19 @@ def bench_one(batch: list[dict], repeats: int) -> dict:
     assert not out.rejections and out.num_sequences == n_seq
     theirs = _time(lambda data: pad_data_to_good_offset(data, n_seq), repeats,
                    setup=lambda: {"batch": copy.deepcopy(batch)})
-    # from the /batch reply's bytes: ours decodes with orjson (api.py), the example trainer with requests'
-    # `.json()` (the standard json module)
+    # from the /batch reply's bytes, as the run-api sends them (starlette: compact JSON): ours as the producer
+    # does it (api.parse_batch: the compiled decoder + orjson for the rest), the example trainer with requests'
+    # `.json()` (the standard json module) and pad_data_to_good_offset
     raw = json.dumps({"batch": batch}, separators=(",", ":")).encode()
-    ours_raw = _time(lambda _: tensorize(_loads(raw)["batch"], pad_token_id=0, vocab_size=VOCAB + 1,
-                                         max_len=10 ** 6), repeats)
+
+    def ours_from_reply(_):
+        reply = parse_batch(raw)
+        return tensorize(reply.groups, columns=reply.columns, pad_token_id=0, vocab_size=VOCAB + 1,
+                         max_len=10 ** 6)
+
+    check = ours_from_reply(None)
+    assert not check.rejections and torch.equal(check.completion_ids, out.completion_ids)
+    ours_raw = _time(ours_from_reply, repeats)
     theirs_raw = _time(lambda _: pad_data_to_good_offset(json.loads(raw), n_seq), repeats)
     o, t = statistics.median(ours), statistics.median(theirs)
     orr, tr = statistics.median(ours_raw), statistics.median(theirs_raw)

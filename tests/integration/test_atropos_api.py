@@ -62,7 +62,7 @@ def post(url: str, g: dict) -> None:
 
 def start_env(url: str, group_size: int = 2) -> int:
     api = AtroposAPI(url)
-    assert api.batch()[0] is None  # the first /batch marks the trainer as started: envs may register now
+    assert api.batch() is None  # the first /batch marks the trainer as started: envs may register now
     body = requests.post(f"{url}/register-env", json={
         "max_token_length": 64, "desired_name": "test", "weight": 1.0, "group_size": group_size}, timeout=10).json()
     assert body["status"] == "success", body
@@ -72,12 +72,16 @@ def start_env(url: str, group_size: int = 2) -> int:
 def test_batch_is_none_until_whole_groups_fill_it_then_comes_whole(api, run_api):
     env = start_env(run_api)
     post(run_api, {**group(10), "env_id": env})
-    assert api.batch()[0] is None
+    assert api.batch() is None
     post(run_api, {**group(20), "env_id": env})
-    groups, raw = api.batch()
-    assert sorted(g["tokens"][0][0] for g in groups) == [10, 20]
-    assert b'"batch"' in raw
-    assert api.batch()[0] is None  # handed out once: the run-api keeps no copy
+    reply = api.batch()
+    groups = reply.groups
+    assert len(groups) == 2 and b'"batch"' in reply.raw
+    if reply.columns is None:
+        assert sorted(g["tokens"][0][0] for g in groups) == [10, 20]
+    else:  # the compiled decoder took the per-token fields out
+        assert sorted(reply.columns.values["tokens"][::6].tolist()) == [10, 20]
+    assert api.batch() is None  # handed out once: the run-api keeps no copy
 
 
 def test_diagnosis_endpoints(api, run_api):
@@ -99,7 +103,7 @@ def test_reset_forgets_queue_and_registration(api, run_api):
     # a fresh registration makes it usable again (what the fetcher does on NotRegisteredError)
     api.register(batch_size=4, max_token_len=64, starting_step=0, num_steps=10, checkpoint_dir="",
                  save_checkpoint_interval=0)
-    assert api.batch()[0] is None
+    assert api.batch() is None
 
 
 def test_malformed_group_from_the_run_api_is_rejected_and_the_good_one_kept(api, run_api, tmp_path):
@@ -109,14 +113,14 @@ def test_malformed_group_from_the_run_api_is_rejected_and_the_good_one_kept(api,
     post(run_api, bad)
     post(run_api, group(60))
     fetched = []
-    f = BatchFetcher(api, Spool(tmp_path), lambda seq, meta, g: fetched.append(g) or g, capacity=1, batch_size=4,
+    f = BatchFetcher(api, Spool(tmp_path), lambda seq, meta, r: fetched.append(r) or r, capacity=1, batch_size=4,
                      poll_interval=0.05)
     f.start([])
     try:
-        groups = f.get(10)
+        reply = f.get(10)
     finally:
         f.stop()
-    out = tensorize(groups, pad_token_id=0, vocab_size=1000, max_len=64)
+    out = tensorize(reply.groups, columns=reply.columns, pad_token_id=0, vocab_size=1000, max_len=64)
     assert out.num_groups == 1 and out.num_sequences == 2
     assert len(out.rejections) == 1 and "masks[0] has 2 entries but tokens[0] has 3" in out.rejections[0].reason
     assert out.completion_ids[0].tolist() == [61, 62]

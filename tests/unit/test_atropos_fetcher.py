@@ -8,9 +8,9 @@ import time
 import pytest
 
 from grpo_plugin.atropos import fetcher as fetcher_mod
-from grpo_plugin.atropos.api import AtroposError, NotRegisteredError
+from grpo_plugin.atropos.api import AtroposError, BatchReply, NotRegisteredError
 from grpo_plugin.atropos.fetcher import AtroposConfigError, AtroposTimeout, BatchFetcher
-from grpo_plugin.atropos.spool import Spool
+from grpo_plugin.atropos.spool import Spool, SpoolError
 
 
 def groups(tag, group_size=2):
@@ -32,7 +32,7 @@ class ScriptedAPI:
             item = self.script.pop(0) if self.script else None
         if isinstance(item, BaseException):
             raise item
-        return item, json.dumps({"batch": item}).encode()
+        return None if item is None else BatchReply(item, None, json.dumps({"batch": item}).encode())
 
     def status(self):
         return {"queue_size": self.queued}
@@ -46,7 +46,7 @@ class ScriptedAPI:
 
 def make(api, tmp_path, capacity=1, batch_size=2, **kw):
     spool = Spool(tmp_path)
-    f = BatchFetcher(api, spool, lambda seq, meta, g: (seq, g[0]["tokens"][0][0]), capacity=capacity,
+    f = BatchFetcher(api, spool, lambda seq, meta, r: (seq, r.groups[0]["tokens"][0][0]), capacity=capacity,
                      batch_size=batch_size, poll_interval=0.01, max_backoff=0.05, **kw)
     return f, spool
 
@@ -152,9 +152,33 @@ def test_a_lost_registration_is_renewed(tmp_path):
         f.stop()
 
 
+def test_a_spooled_batch_that_holds_no_batch_stops_with_its_path(tmp_path):
+    spool = Spool(tmp_path)
+    seq = spool.add({}, b'{"batch": null}')
+    f, _ = make(ScriptedAPI([]), tmp_path)
+    f.start([seq])
+    try:
+        with pytest.raises(SpoolError, match=f"{seq:09d}.batch holds no batch"):
+            f.get(5)
+    finally:
+        f.stop()
+
+
+def test_warm_up_runs_first_and_is_reported(tmp_path):
+    seen = []
+    f, _ = make(ScriptedAPI([groups(4)]), tmp_path)
+    f.warm_up = lambda: seen.append(f.waiting_reason)
+    f.start([])
+    try:
+        assert f.get(5)[1] == 4
+        assert seen and "compiling the batch decoder" in seen[0]
+    finally:
+        f.stop()
+
+
 def test_an_error_in_the_thread_reaches_the_trainer(tmp_path):
     f, spool = make(ScriptedAPI([groups(1)]), tmp_path)
-    f.prepare = lambda seq, meta, g: (_ for _ in ()).throw(ValueError("bad batch"))
+    f.prepare = lambda seq, meta, r: (_ for _ in ()).throw(ValueError("bad batch"))
     f.start([])
     try:
         with pytest.raises(ValueError, match="bad batch"):

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from grpo_plugin.atropos.fastjson import loads
 from grpo_plugin.atropos.spool import Spool, SpoolError
 
 
@@ -12,15 +13,15 @@ def reply(tag: int) -> bytes:
 
 
 def tags(spool: Spool, seqs):
-    return [spool.load(s)[1][0]["tokens"][0][0] for s in seqs]
+    return [loads(spool.load(s)[1])["batch"][0]["tokens"][0][0] for s in seqs]
 
 
 def test_reply_bytes_and_metadata_round_trip(tmp_path):
     sp = Spool(tmp_path)
     seq = sp.add({"fetch_step": 3, "versions": [1, 2]}, reply(7))
-    meta, groups = sp.load(seq)
+    meta, raw = sp.load(seq)
     assert meta == {"fetch_step": 3, "versions": [1, 2], "seq": seq}
-    assert groups == [{"tokens": [[7, 7]], "scores": [7.0]}]
+    assert raw == reply(7)  # the run-api's bytes, unchanged
     assert sp.counts() == (1, 0)
 
 
@@ -68,11 +69,11 @@ def test_discard_and_clear(tmp_path):
 
 def test_unreadable_batch_names_the_file(tmp_path):
     sp = Spool(tmp_path)
-    seq = sp.add({}, b"{not json")
-    with pytest.raises(SpoolError, match=f"{seq:09d}.batch cannot be read back"):
+    seq = sp.add({}, b"")
+    with pytest.raises(SpoolError, match=f"{seq:09d}.batch holds no reply"):
         sp.load(seq)
-    seq = sp.add({}, b'{"batch": null}')
-    with pytest.raises(SpoolError, match="holds no batch list"):
+    sp.path(seq).write_bytes(b"{not json\n{}")
+    with pytest.raises(SpoolError, match=f"{seq:09d}.batch cannot be read back"):
         sp.load(seq)
 
 

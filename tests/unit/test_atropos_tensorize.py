@@ -1,14 +1,27 @@
-"""Atropos batch → GRPO tensors: the token shift, masks, advantages, temperatures and payload rejection."""
+"""Atropos batch → GRPO tensors: the token shift, masks, advantages, temperatures and payload rejection.
 
+Every test runs twice: from the groups as Python lists, and from the run-api's reply bytes through the
+compiled decoder (fastjson.py), which must give the same tensors and the same rejections."""
+
+import json
 import math
 import random
 
 import pytest
 import torch
 
+from grpo_plugin.atropos import fastjson
 from grpo_plugin.atropos.tensorize import normalised_advantages, tensorize
 
 VOCAB = 100
+PATH = {"mode": "lists"}
+
+
+@pytest.fixture(autouse=True, params=["lists", "reply"])
+def input_path(request):
+    PATH["mode"] = request.param
+    yield request.param
+    PATH["mode"] = "lists"
 
 
 def group(tokens, masks, lps=None, scores=None, **extra):
@@ -19,7 +32,11 @@ def group(tokens, masks, lps=None, scores=None, **extra):
 
 def run(groups, **kw):
     kw = {"pad_token_id": 0, "vocab_size": VOCAB, "max_len": 64, **kw}
-    return tensorize(groups, **kw)
+    if PATH["mode"] == "lists":
+        return tensorize(groups, **kw)
+    raw = json.dumps({"batch": groups}).encode() + b" " * 300  # small replies skip the compiled decoder
+    reply, columns = fastjson.decode(raw)
+    return tensorize(reply["batch"], columns=columns, **kw)
 
 
 def test_prompt_is_everything_before_the_first_trained_token_and_logprobs_need_no_shift():

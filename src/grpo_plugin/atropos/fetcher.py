@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from grpo_plugin.atropos.api import AtroposAPI, AtroposError, NotRegisteredError
-from grpo_plugin.atropos.spool import Spool
+from grpo_plugin.atropos.api import AtroposAPI, AtroposError, BatchReply, NotRegisteredError, parse_batch
+from grpo_plugin.atropos.spool import Spool, SpoolError
 from grpo_plugin.server import Progress
 
 LOG = logging.getLogger("grpo_plugin")
@@ -35,13 +35,13 @@ class AtroposConfigError(RuntimeError):
 
 
 class BatchFetcher:
-    def __init__(self, api: AtroposAPI, spool: Spool, prepare: Callable[[int, dict, list], Any], *,
+    def __init__(self, api: AtroposAPI, spool: Spool, prepare: Callable[[int, dict, BatchReply], Any], *,
                  capacity: int, batch_size: int, poll_interval: float = 0.2, max_backoff: float = 5.0,
-                 lookup_versions: Callable[[list], list | None] | None = None,
-                 meta: Callable[[], dict] | None = None, reregister: Callable[[], None] | None = None):
+                 meta: Callable[[], dict] | None = None, reregister: Callable[[], None] | None = None,
+                 warm_up: Callable[[], None] | None = None):
         self.api, self.spool, self.prepare = api, spool, prepare
         self.batch_size, self.poll, self.max_backoff = batch_size, poll_interval, max_backoff
-        self.lookup_versions, self.meta, self.reregister = lookup_versions, meta, reregister
+        self.meta, self.reregister, self.warm_up = meta, reregister, warm_up
         self._queue: queue.Queue = queue.Queue(maxsize=capacity)
         self._replay: list[int] = []
         self._stop = threading.Event()
@@ -91,10 +91,18 @@ class BatchFetcher:
     # ---- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
+            if self.warm_up is not None:
+                self.waiting_reason = ("compiling the batch decoder (numba, first use on this machine; cached "
+                                       "afterwards)")
+                self.warm_up()
+                self.waiting_reason = "asking the run-api for the first batch"
             while self._replay and not self._stop.is_set():
                 seq = self._replay.pop(0)
-                meta, groups = self.spool.load(seq)
-                self._put(self.prepare(seq, meta, groups))
+                meta, raw = self.spool.load(seq)
+                reply = parse_batch(raw, f"spooled batch {self.spool.path(seq)}")
+                if reply is None:
+                    raise SpoolError(f"spooled batch {self.spool.path(seq)} holds no batch. Move it away to skip it.")
+                self._put(self.prepare(seq, meta, reply))
             self._poll_loop()
         except BaseException as exc:  # handed to the trainer's thread, which raises it
             self._error = exc
@@ -117,7 +125,7 @@ class BatchFetcher:
                 idle_since = time.monotonic()
                 continue
             try:
-                groups, raw = self.api.batch()
+                reply = self.api.batch()
             except NotRegisteredError as exc:
                 if self.reregister is None:
                     raise
@@ -131,7 +139,7 @@ class BatchFetcher:
                 self._stop.wait(pause)
                 pause = min(self.max_backoff, pause * 2)
                 continue
-            if groups is None:
+            if reply is None:
                 now = time.monotonic()
                 if now - idle_since > DIAGNOSE_AFTER and now - last_diagnosis > DIAGNOSE_EVERY:
                     last_diagnosis = now
@@ -140,11 +148,10 @@ class BatchFetcher:
                 pause = min(self.max_backoff, pause * 1.5)
                 continue
             pause, idle_since = self.poll, time.monotonic()
-            versions = self.lookup_versions(groups) if self.lookup_versions else None
-            meta = dict(self.meta() if self.meta else {}, fetched_at=time.time(), versions=versions)
-            seq = self.spool.add(meta, raw)  # on disk before anything else may fail or stop
+            meta = dict(self.meta() if self.meta else {}, fetched_at=time.time())
+            seq = self.spool.add(meta, reply.raw)  # on disk before anything else may fail or stop
             self.fetched += 1
-            self._put(self.prepare(seq, meta, groups))
+            self._put(self.prepare(seq, meta, reply))
 
     def _diagnose(self) -> str:
         """Why no batch is ready, in words (raises AtroposConfigError when none can ever be)."""

@@ -23,8 +23,6 @@ import re
 import shutil
 from pathlib import Path
 
-from grpo_plugin.atropos.api import _loads
-
 _PENDING = re.compile(r"^(\d+)\.batch$")
 _CONSUMED = re.compile(r"^(\d+)-(\d+)\.batch$")
 
@@ -121,17 +119,18 @@ class Spool:
         rest = [s for s in self._pending() if s not in set(replay)]
         return replay + rest
 
-    def load(self, seq: int) -> tuple[dict, list]:
-        """(metadata, groups) of a pending batch."""
+    def load(self, seq: int) -> tuple[dict, bytes]:
+        """(metadata, the run-api's reply bytes) of a pending batch."""
         path = self.pending_dir / f"{seq:09d}.batch"
         try:
             data = path.read_bytes()
             head, _, body = data.partition(b"\n")
             meta = json.loads(head)
-            reply = _loads(body)
         except (OSError, ValueError) as exc:
             raise SpoolError(f"spooled batch {path} cannot be read back: {exc}. Move it away to skip it.") from exc
-        batch = reply.get("batch") if isinstance(reply, dict) else None
-        if not isinstance(batch, list):
-            raise SpoolError(f"spooled batch {path} holds no batch list. Move it away to skip it.")
-        return meta, batch
+        if not body:
+            raise SpoolError(f"spooled batch {path} holds no reply. Move it away to skip it.")
+        return meta, body
+
+    def path(self, seq: int) -> Path:
+        return self.pending_dir / f"{seq:09d}.batch"

@@ -19,17 +19,23 @@ sequence. Temperature per sequence: `overrides[i].temperature` > `generation_par
 `group_overrides.temperature` > the configured default. The trainer divides its logits by it, as the server did.
 
 A group that cannot be trained on is rejected as a whole with a reason naming the field and position; the other
-groups are kept. Conversion is a handful of numpy/torch passes over flat arrays (no per-token Python loop).
+groups are kept. Input: the groups as Python lists, or (fast path, `columns=`) the per-token fields already as
+flat arrays, parsed straight from the run-api's reply bytes (fastjson.py). Per-group checks work on sequence
+lengths; per-token checks and the prompt/completion layout are two compiled passes (numba) over flat arrays.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from itertools import chain
 
 import numpy as np
 import torch
+from numba import njit
+
+from grpo_plugin.atropos.fastjson import FIELDS, MISSING, Columns
 
 IGNORE = -100  # atroposlib's masked-label value
 MASKED_LOGPROB = 1.0  # atroposlib's placeholder in inference_logprobs at masked positions
@@ -61,6 +67,16 @@ class TensorBatch:
     group_index: torch.Tensor  # (S,) index of each sequence's group in the batch as received
     num_groups: int  # groups kept
     rejections: list[Rejection] = field(default_factory=list)
+    tokens: np.ndarray | None = None  # the kept sequences' tokens, concatenated (as received)
+    lengths: np.ndarray | None = None  # their lengths
+
+    def fingerprints(self) -> list[str]:
+        """serve/ledger.py's fingerprint of each kept sequence's tokens (what the server recorded)."""
+        if self.tokens is None:
+            return []
+        offsets = np.cumsum(self.lengths) - self.lengths
+        return [hashlib.blake2b(self.tokens[o:o + n].tobytes(), digest_size=12).hexdigest()
+                for o, n in zip(offsets.tolist(), self.lengths.tolist())]
 
     @property
     def num_sequences(self) -> int:
@@ -71,40 +87,91 @@ def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _temperature(g: dict, i: int, default: float) -> float | str:
-    """The sequence's sampling temperature, or a reason string when the given one is unusable."""
-    ov = (g.get("overrides") or [None] * (i + 1))[i] or {}
-    for source, holder in ((f"overrides[{i}]", ov), ("generation_params", g.get("generation_params") or {}),
-                           ("group_overrides", g.get("group_overrides") or {})):
+def _check_temperature(t, source: str) -> float | str:
+    if not _number(t) or not math.isfinite(t) or t <= 0:
+        return f"{source}.temperature is {t!r}; it must be a number > 0"
+    return float(t)
+
+
+def _temperatures(g: dict, n_seq: int, default: float) -> list[float] | str:
+    """Per sequence: overrides[i].temperature > generation_params > group_overrides > default (or a reason)."""
+    group_t: float | str = default
+    for source in ("group_overrides", "generation_params"):  # the later one wins
+        holder = g.get(source) or {}
         if "temperature" in holder:
-            t = holder["temperature"]
-            if not _number(t) or not math.isfinite(t) or t <= 0:
-                return f"{source}.temperature is {t!r}; it must be a number > 0"
-            return float(t)
-    return default
+            group_t = _check_temperature(holder["temperature"], source)
+    overrides = g.get("overrides") or []
+    if not any(ov and "temperature" in ov for ov in overrides):
+        return group_t if isinstance(group_t, str) else [group_t] * n_seq
+    out = []
+    for i in range(n_seq):
+        ov = overrides[i] or {}
+        t = _check_temperature(ov["temperature"], f"overrides[{i}]") if "temperature" in ov else group_t
+        if isinstance(t, str):
+            return t
+        out.append(t)
+    return out
 
 
-def _structure(g, max_len: int, default_temperature: float) -> str | list[float]:
+Shape = dict  # field -> None (absent / null) | np.ndarray of per-sequence lengths | str (why it is unusable)
+
+
+def _shape_from_lists(g) -> Shape:
+    shape: Shape = {}
+    for key in FIELDS:
+        rows = g.get(key) if isinstance(g, dict) else None
+        if rows is None:
+            shape[key] = None
+        elif not isinstance(rows, list):
+            shape[key] = f"`{key}` is a {type(rows).__name__}, not a list of sequences"
+        else:
+            bad = next((i for i, r in enumerate(rows) if not isinstance(r, list)), None)
+            shape[key] = (f"{key}[{bad}] is a {type(rows[bad]).__name__}, not a list" if bad is not None
+                          else np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)))
+    return shape
+
+
+def _shapes_from_columns(n_groups: int, cols: Columns) -> list[Shape]:
+    shapes: list[Shape] = [{} for _ in range(n_groups)]
+    for key in FIELDS:
+        counts, lens, start = cols.counts[key], cols.lengths[key], 0
+        for gi in range(n_groups):
+            c = int(counts[gi])
+            shapes[gi][key] = None if c == MISSING else lens[start:start + c]
+            start += max(c, 0)
+    return shapes
+
+
+def _structure(g, shape: Shape, max_len: int, default_temperature: float) -> str | list[float]:
     """Per-sequence temperatures, or the first reason the group's shape cannot be trained on."""
     if not isinstance(g, dict):
         return f"is a {type(g).__name__}, not a ScoredDataGroup object"
-    tokens = g.get("tokens")
-    if not isinstance(tokens, list) or not tokens:
+    tl = shape["tokens"]
+    if isinstance(tl, str):
+        return tl
+    if tl is None or len(tl) == 0:
         return "`tokens` is missing or empty"
-    n_seq = len(tokens)
-    for key in ("masks", "scores", "inference_logprobs"):
-        val = g.get(key)
-        if val is None:
+    n_seq = len(tl)
+    for key in ("masks", "inference_logprobs", "advantages"):
+        sh = shape[key]
+        if sh is None:
+            if key == "advantages":
+                continue
             hint = (" (the trainer corrects for stale rollouts with them: generate through atroposlib's "
                     "ManagedServer with `server_type: vllm` against the grpo_plugin server)"
                     if key == "inference_logprobs" else "")
             return f"`{key}` is missing{hint}"
-        if not isinstance(val, list) or len(val) != n_seq:
-            return f"`{key}` has {len(val) if isinstance(val, list) else type(val).__name__} entries for " \
-                   f"{n_seq} sequences"
-    for key in ("advantages", "overrides"):
+        if isinstance(sh, str):
+            return sh
+        if len(sh) != n_seq:
+            return f"`{key}` has {len(sh)} entries for {n_seq} sequences"
+    for key in ("scores", "overrides"):
         val = g.get(key)
-        if val is not None and (not isinstance(val, list) or len(val) != n_seq):
+        if val is None:
+            if key == "scores":
+                return "`scores` is missing"
+            continue
+        if not isinstance(val, list) or len(val) != n_seq:
             return f"`{key}` has {len(val) if isinstance(val, list) else type(val).__name__} entries for " \
                    f"{n_seq} sequences"
     for i, ov in enumerate(g.get("overrides") or []):
@@ -113,40 +180,149 @@ def _structure(g, max_len: int, default_temperature: float) -> str | list[float]
     for key in ("generation_params", "group_overrides"):
         if g.get(key) is not None and not isinstance(g[key], dict):
             return f"`{key}` is a {type(g[key]).__name__}, not an object"
-    for i, s in enumerate(g["scores"]):
-        if not _number(s) or not math.isfinite(s):
-            return f"scores[{i}] is {s!r}; scores must be finite numbers"
-    adv = g.get("advantages")
-    for i, seq in enumerate(tokens):
-        if not isinstance(seq, list):
-            return f"tokens[{i}] is not a list"
-        n = len(seq)
-        if n < 2:
-            return f"sequence {i} has {n} token(s); at least 2 are needed (a prompt token and a trained one)"
-        if n > max_len:
-            return f"sequence {i} has {n} tokens, more than max_token_len {max_len} (grpo.atropos.max_token_len)"
-        for key, rows in (("masks", g["masks"]), ("inference_logprobs", g["inference_logprobs"]),
-                          ("advantages", adv)):
-            if rows is not None and (not isinstance(rows[i], list) or len(rows[i]) != n):
-                got = len(rows[i]) if isinstance(rows[i], list) else type(rows[i]).__name__
-                return f"{key}[{i}] has {got} entries but tokens[{i}] has {n} (ragged sequence)"
-    temps = []
-    for i in range(n_seq):
-        t = _temperature(g, i, default_temperature)
-        if isinstance(t, str):
-            return t
-        temps.append(t)
-    return temps
+    for i, sc in enumerate(g["scores"]):
+        if not _number(sc) or not math.isfinite(sc):
+            return f"scores[{i}] is {sc!r}; scores must be finite numbers"
+    short = np.flatnonzero(tl < 2)
+    if short.size:
+        i = int(short[0])
+        return f"sequence {i} has {int(tl[i])} token(s); at least 2 are needed (a prompt token and a trained one)"
+    long_ = np.flatnonzero(tl > max_len)
+    if long_.size:
+        i = int(long_[0])
+        return (f"sequence {i} has {int(tl[i])} tokens, more than max_token_len {max_len} "
+                "(grpo.atropos.max_token_len)")
+    for key in ("masks", "inference_logprobs", "advantages"):
+        sh = shape[key]
+        if sh is not None:
+            ragged = np.flatnonzero(sh != tl)
+            if ragged.size:
+                i = int(ragged[0])
+                return f"{key}[{i}] has {int(sh[i])} entries but tokens[{i}] has {int(tl[i])} (ragged sequence)"
+    return _temperatures(g, n_seq, default_temperature)
 
 
 def _flat(rows_per_group: list[list[list]], count: int, dtype) -> np.ndarray:
     return np.fromiter(chain.from_iterable(chain.from_iterable(rows_per_group)), dtype=dtype, count=count)
 
 
+def _from_lists(groups: list, kept: list[int], total: int):
+    gs = [groups[i] for i in kept]
+    tok = _flat([g["tokens"] for g in gs], total, np.int64)
+    msk = _flat([g["masks"] for g in gs], total, np.int64)
+    lps = _flat([g["inference_logprobs"] for g in gs], total, np.float64)
+    adv = None
+    if any(g.get("advantages") is not None for g in gs):
+        adv = _flat([g.get("advantages") or [[0.0] * len(t) for t in g["tokens"]] for g in gs], total, np.float64)
+    return tok, msk, lps, adv
+
+
+def _from_columns(cols: Columns, shapes: list[Shape], kept: list[int]):
+    out = []
+    for key in FIELDS:
+        spans, start = {}, 0
+        for gi, sh in enumerate(shapes):
+            if sh[key] is not None:
+                n = int(sh[key].sum())
+                spans[gi] = (start, start + n)
+                start += n
+        values = cols.values[key]
+        if key == "advantages" and not any(gi in spans for gi in kept):
+            out.append(None)
+            continue
+        if list(spans) == kept:  # every group that has the field is kept: the array as parsed, no copy
+            out.append(values)
+            continue
+        parts = [values[slice(*spans[gi])] if gi in spans else np.zeros(int(shapes[gi]["tokens"].sum()))
+                 for gi in kept]
+        out.append(parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else values[:0])
+    return tuple(out)
+
+
+
+@njit(cache=True, nogil=True)
+def _token_checks(tok, msk, lps, adv, has_adv, lens, vocab, slack):
+    """Per sequence, the position of the first token failing each check (-1: none) — 0 token id outside the
+    vocabulary, 1 mask neither -100 nor the token, 2 logprob not finite or > 0 at a trained position, 3
+    advantage not finite at a trained position — and of the first trained token (-1: none)."""
+    S = lens.shape[0]
+    first = np.full((4, S), -1, np.int64)
+    first_trained = np.full(S, -1, np.int64)
+    off = 0
+    for s in range(S):
+        for p in range(lens[s]):
+            k = off + p
+            t = tok[k]
+            m = msk[k]
+            if first[0, s] < 0 and (t < 0 or t >= vocab):
+                first[0, s] = p
+            if m != -100:
+                if first[1, s] < 0 and m != t:
+                    first[1, s] = p
+                if p > 0:  # position 0 has nothing before it: prompt whatever its mask says
+                    if first_trained[s] < 0:
+                        first_trained[s] = p
+                    lp = lps[k]
+                    if first[2, s] < 0 and not (np.isfinite(lp) and lp <= slack):
+                        first[2, s] = p
+                    if has_adv and first[3, s] < 0 and not np.isfinite(adv[k]):
+                        first[3, s] = p
+        off += lens[s]
+    return first, first_trained
+
+
+@njit(cache=True, nogil=True)
+def _layout(tok, msk, lps, adv, has_adv, offsets, lens, prompt_len, P, C, pad):
+    """Left-padded prompts, right-padded completions with their mask, sampling logprobs and token advantages."""
+    S = lens.shape[0]
+    prompt_ids = np.full((S, P), pad, np.int64)
+    prompt_mask = np.zeros((S, P), np.int64)
+    completion_ids = np.full((S, C), pad, np.int64)
+    completion_mask = np.zeros((S, C), np.int64)
+    sampling = np.zeros((S, C), np.float32)
+    adv_tok = np.zeros((S, C) if has_adv else (0, 0), np.float32)
+    for s in range(S):
+        o, pl = offsets[s], prompt_len[s]
+        lead = P - pl
+        for p in range(pl):
+            prompt_ids[s, lead + p] = tok[o + p]
+            prompt_mask[s, lead + p] = 1
+        for c in range(lens[s] - pl):
+            k = o + pl + c
+            completion_ids[s, c] = tok[k]
+            if msk[k] != -100:
+                completion_mask[s, c] = 1
+                sampling[s, c] = lps[k]
+                if has_adv:
+                    adv_tok[s, c] = adv[k]
+    return prompt_ids, prompt_mask, completion_ids, completion_mask, sampling, adv_tok
+
+
+_CHECK_MESSAGES = (
+    lambda r: f"tokens[{r.s}][{r.p}] = {r.tok} is not a token id of this model (vocabulary size {r.vocab})",
+    lambda r: f"masks[{r.s}][{r.p}] = {r.msk}: a mask must be -100 or the token id ({r.tok})",
+    lambda r: (f"inference_logprobs[{r.s}][{r.p}] = {r.lp!r} at a trained position (a logprob must be finite and "
+               f"<= 0; {MASKED_LOGPROB} marks masked positions only)"),
+    lambda r: f"advantages[{r.s}][{r.p}] = {r.adv!r} is not finite",
+)
+
+
+@dataclass
+class _At:
+    s: int
+    p: int
+    tok: int
+    msk: int
+    lp: float
+    adv: float
+    vocab: int
+
+
 def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int, scale_rewards: str = "group",
-              default_temperature: float = 1.0) -> TensorBatch:
+              default_temperature: float = 1.0, columns: Columns | None = None) -> TensorBatch:
     """Validate and convert one Atropos batch. Rejected groups are listed in `.rejections`; the result holds
-    the others (possibly none: `num_sequences == 0`)."""
+    the others (possibly none: `num_sequences == 0`). With `columns` (fastjson.decode), the four per-token
+    fields come from there and the groups' own entries for them are ignored."""
     if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards must be group, batch or none, got {scale_rewards!r}")
     rejections: list[Rejection] = []
@@ -155,82 +331,61 @@ def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int,
         g = groups[gi]
         rejections.append(Rejection(gi, reason, g.get("env_id") if isinstance(g, dict) else None))
 
-    # 1. shapes, lengths, scores, temperatures: a few Python operations per SEQUENCE
+    # 1. shapes, lengths, scores, temperatures: per group (numpy over its sequence lengths)
+    shapes = (_shapes_from_columns(len(groups), columns) if columns is not None
+              else [_shape_from_lists(g) for g in groups])
     kept: list[int] = []
     temps: list[float] = []
     for gi, g in enumerate(groups):
-        res = _structure(g, max_len, default_temperature)
+        res = _structure(g, shapes[gi], max_len, default_temperature)
         if isinstance(res, str):
             reject(gi, res)
         else:
             kept.append(gi)
             temps.extend(res)
 
-    # 2. flatten every per-token field once (numpy's C loop); a group with non-numeric entries is found and dropped
-    def flatten(idx: list[int]):
-        gs = [groups[i] for i in idx]
-        lengths = [len(s) for g in gs for s in g["tokens"]]
-        total = sum(lengths)
-        tok = _flat([g["tokens"] for g in gs], total, np.int64)
-        msk = _flat([g["masks"] for g in gs], total, np.int64)
-        lps = _flat([g["inference_logprobs"] for g in gs], total, np.float64)
-        per_token_adv = any(g.get("advantages") is not None for g in gs)
-        adv = (_flat([g.get("advantages") or [[0.0] * n for n in map(len, g["tokens"])] for g in gs], total,
-                     np.float64) if per_token_adv else None)
-        return lengths, tok, msk, lps, adv
+    # 2. the per-token fields of the kept groups as flat arrays
+    def flat(idx: list[int]):
+        total = int(sum(int(shapes[gi]["tokens"].sum()) for gi in idx))
+        if columns is not None:
+            return _from_columns(columns, shapes, idx)
+        return _from_lists(groups, idx, total)
 
     try:
-        lengths, tok, msk, lps, adv = flatten(kept)
-    except (TypeError, ValueError):
+        tok, msk, lps, adv = flat(kept)
+    except (TypeError, ValueError, OverflowError):  # lists only: a non-numeric entry somewhere
         good = []
         for gi in kept:
             try:
-                flatten([gi])
+                flat([gi])
                 good.append(gi)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:
                 reject(gi, f"non-numeric entries in tokens/masks/inference_logprobs/advantages ({exc})")
-        temps = [t for gi in good for t in _structure(groups[gi], max_len, default_temperature)]
+        temps = [t for gi in good for t in _structure(groups[gi], shapes[gi], max_len, default_temperature)]
         kept = good
-        lengths, tok, msk, lps, adv = flatten(kept)
-
-    # 3. value checks on the flat arrays (numpy passes: no per-token Python, no thread-pool start-up per op)
-    n_seq = len(lengths)
-    if n_seq == 0:
+        tok, msk, lps, adv = flat(kept)
+    if not kept:
         return _empty(rejections)
-    lengths_a = np.asarray(lengths, dtype=np.int64)
-    offsets = np.cumsum(lengths_a) - lengths_a
-    seq_of = np.repeat(np.arange(n_seq), lengths_a)
-    pos = np.arange(len(tok)) - offsets[seq_of]
-    trained = (msk != IGNORE) & (pos > 0)  # position 0 has nothing before it: prompt whatever its mask says
-    # group index of each kept sequence, and the sequence's index inside its group
-    seq_group = np.fromiter((gi for gi in kept for _ in groups[gi]["tokens"]), np.int64, n_seq)
-    seq_in_group = np.fromiter((i for gi in kept for i in range(len(groups[gi]["tokens"]))), np.int64, n_seq)
-    bad_group = np.zeros(len(groups), dtype=bool)
 
-    def flag(flags: np.ndarray, message) -> None:
-        """Reject the group of every sequence with a flagged token, naming its first such token."""
-        if not flags.any():
-            return
-        idx = np.flatnonzero(flags)
-        seqs = seq_of[idx]
-        first = np.r_[True, seqs[1:] != seqs[:-1]]
-        for i, sq in zip(idx[first].tolist(), seqs[first].tolist()):
+    # 3. per-token checks (one compiled pass)
+    lengths = np.concatenate([shapes[gi]["tokens"] for gi in kept])
+    seq_group = np.repeat(np.asarray(kept, dtype=np.int64), [len(shapes[gi]["tokens"]) for gi in kept])
+    seq_in_group = np.concatenate([np.arange(len(shapes[gi]["tokens"])) for gi in kept])
+    has_adv = adv is not None
+    adv_arr = adv if has_adv else np.zeros(0)
+    offsets = np.cumsum(lengths) - lengths
+    first, first_trained = _token_checks(tok, msk, lps, adv_arr, has_adv, lengths, vocab_size, LOGPROB_SLACK)
+    bad_group = np.zeros(len(groups), dtype=bool)
+    for kind, message in enumerate(_CHECK_MESSAGES):
+        for sq in np.flatnonzero(first[kind] >= 0).tolist():
             gi = int(seq_group[sq])
             if not bad_group[gi]:
-                reject(gi, message(i).format(s=int(seq_in_group[sq]), p=int(pos[i])))
+                k = int(offsets[sq] + first[kind, sq])
+                at = _At(int(seq_in_group[sq]), int(first[kind, sq]), int(tok[k]), int(msk[k]), float(lps[k]),
+                         float(adv_arr[k]) if has_adv else 0.0, vocab_size)
+                reject(gi, message(at))
                 bad_group[gi] = True
-
-    flag((tok < 0) | (tok >= vocab_size),
-         lambda i: f"tokens[{{s}}][{{p}}] = {int(tok[i])} is not a token id of this model (vocabulary size "
-                   f"{vocab_size})")
-    flag((msk != IGNORE) & (msk != tok),
-         lambda i: f"masks[{{s}}][{{p}}] = {int(msk[i])}: a mask must be -100 or the token id ({int(tok[i])})")
-    flag(trained & ~(np.isfinite(lps) & (lps <= LOGPROB_SLACK)),
-         lambda i: f"inference_logprobs[{{s}}][{{p}}] = {float(lps[i])!r} at a trained position (a logprob must "
-                   f"be finite and <= 0; {MASKED_LOGPROB} marks masked positions only)")
-    if adv is not None:
-        flag(trained & ~np.isfinite(adv), lambda i: f"advantages[{{s}}][{{p}}] = {float(adv[i])!r} is not finite")
-    for sq in np.flatnonzero(np.bincount(seq_of, weights=trained, minlength=n_seq) == 0).tolist():
+    for sq in np.flatnonzero(first_trained < 0).tolist():
         gi = int(seq_group[sq])
         if not bad_group[gi]:
             reject(gi, f"sequence {int(seq_in_group[sq])} has no trained token (every mask after position 0 is "
@@ -243,42 +398,29 @@ def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int,
     if not keep_seq.all():
         if not keep_seq.any():
             return _empty(rejections)
-        keep_tok = keep_seq[seq_of]
-        tok, lps, trained = tok[keep_tok], lps[keep_tok], trained[keep_tok]
-        adv = adv[keep_tok] if adv is not None else None
-        lengths_a, seq_group, seq_in_group = lengths_a[keep_seq], seq_group[keep_seq], seq_in_group[keep_seq]
-        n_seq = len(lengths_a)
-        offsets = np.cumsum(lengths_a) - lengths_a
-        seq_of = np.repeat(np.arange(n_seq), lengths_a)
+        keep_tok = np.repeat(keep_seq, lengths)
+        tok, msk, lps = tok[keep_tok], msk[keep_tok], lps[keep_tok]
+        adv_arr = adv_arr[keep_tok] if has_adv else adv_arr
+        lengths, seq_group, seq_in_group = lengths[keep_seq], seq_group[keep_seq], seq_in_group[keep_seq]
+        first_trained = first_trained[keep_seq]
+        offsets = np.cumsum(lengths) - lengths
     good_groups, group_of_seq = np.unique(seq_group, return_inverse=True)
     scores = torch.tensor([float(x) for gi in good_groups.tolist() for x in groups[gi]["scores"]],
                           dtype=torch.float32)
 
-    # 5. prompt = tokens before the first trained position; completion = the rest
-    idx = np.flatnonzero(trained)
-    seqs = seq_of[idx]
-    first = np.r_[True, seqs[1:] != seqs[:-1]]
-    first_trained = np.empty(n_seq, dtype=np.int64)
-    first_trained[seqs[first]] = idx[first]  # every kept sequence has a trained token
-    prompt_len = first_trained - offsets
-    comp_len = lengths_a - prompt_len
-    P, C, last = int(prompt_len.max()), int(comp_len.max()), len(tok) - 1
-    lead = (P - prompt_len)[:, None]
-    p_valid = np.arange(P)[None, :] >= lead
-    p_idx = np.clip(offsets[:, None] + np.arange(P)[None, :] - lead, 0, last)
-    c_valid = np.arange(C)[None, :] < comp_len[:, None]
-    c_idx = np.clip((offsets + prompt_len)[:, None] + np.arange(C)[None, :], 0, last)
-    prompt_ids = np.where(p_valid, tok[p_idx], pad_token_id)
-    completion_ids = np.where(c_valid, tok[c_idx], pad_token_id)
-    completion_mask = c_valid & trained[c_idx]
-    sampling = np.where(completion_mask, lps[c_idx], 0.0).astype(np.float32)
+    # 5. prompt = tokens before the first trained position; completion = the rest (one compiled pass)
+    prompt_len = first_trained
+    comp_len = lengths - prompt_len
+    prompt_ids, prompt_mask, completion_ids, completion_mask, sampling, adv_tok = _layout(
+        tok, msk, lps, adv_arr, has_adv, offsets, lengths, prompt_len, int(prompt_len.max()), int(comp_len.max()),
+        int(pad_token_id))
 
     # 6. advantages
     advantages = normalised_advantages(scores, torch.from_numpy(group_of_seq.reshape(-1)), scale_rewards)
-    if adv is not None:
-        env_given = torch.tensor([groups[gi].get("advantages") is not None for gi in seq_group.tolist()])
-        per_token = torch.from_numpy(np.where(completion_mask, adv[c_idx], 0.0).astype(np.float32))
-        advantages = torch.where(env_given.unsqueeze(1), per_token, advantages.unsqueeze(1).expand_as(per_token))
+    if has_adv:
+        env_given = torch.tensor([shapes[gi]["advantages"] is not None for gi in seq_group.tolist()])
+        advantages = torch.where(env_given.unsqueeze(1), torch.from_numpy(adv_tok),
+                                 advantages.unsqueeze(1).expand(len(lengths), adv_tok.shape[1]))
     zero = torch.tensor([bool(((groups[gi].get("overrides") or [None] * (k + 1))[k] or {}).get("set_advantage_to_zero"))
                          for gi, k in zip(seq_group.tolist(), seq_in_group.tolist())], dtype=torch.bool)
     if bool(zero.any()):
@@ -286,12 +428,24 @@ def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int,
 
     rejections.sort(key=lambda r: r.group)
     return TensorBatch(
-        prompt_ids=torch.from_numpy(prompt_ids), prompt_mask=torch.from_numpy(p_valid.astype(np.int64)),
-        completion_ids=torch.from_numpy(completion_ids),
-        completion_mask=torch.from_numpy(completion_mask.astype(np.int64)),
+        prompt_ids=torch.from_numpy(prompt_ids), prompt_mask=torch.from_numpy(prompt_mask),
+        completion_ids=torch.from_numpy(completion_ids), completion_mask=torch.from_numpy(completion_mask),
         completion_lengths=torch.from_numpy(comp_len), sampling_logps=torch.from_numpy(sampling),
         advantages=advantages, temperatures=torch.from_numpy(temps_a), scores=scores,
-        group_index=torch.from_numpy(seq_group), num_groups=len(good_groups), rejections=rejections)
+        group_index=torch.from_numpy(seq_group), num_groups=len(good_groups), rejections=rejections,
+        tokens=tok, lengths=lengths)
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the decoder and both kernels, on a small batch."""
+    from grpo_plugin.atropos.fastjson import decode
+
+    group = {"tokens": [[1, 2, 3]] * 2, "masks": [[-100, 2, 3]] * 2, "inference_logprobs": [[1.0, -0.5, -1e-3]] * 2,
+             "advantages": [[0.0, 1.0, -1.0]] * 2, "scores": [1.0, 0.0]}
+    import json
+
+    reply, columns = decode(json.dumps({"batch": [group] * 8}).encode())
+    tensorize(reply["batch"], columns=columns, pad_token_id=0, vocab_size=8, max_len=8)
 
 
 def _empty(rejections: list[Rejection]) -> TensorBatch:

@@ -27,11 +27,10 @@ import torch
 from axolotl.core.trainers.grpo.async_trainer import BaseDataProducer, RolloutDataset
 from transformers import TrainerCallback
 
-from grpo_plugin.atropos.api import AtroposAPI, AtroposError
+from grpo_plugin.atropos.api import AtroposAPI, AtroposError, BatchReply
 from grpo_plugin.atropos.fetcher import BatchFetcher
 from grpo_plugin.atropos.spool import Spool
-from grpo_plugin.atropos.tensorize import TensorBatch, tensorize
-from grpo_plugin.serve.ledger import fingerprint
+from grpo_plugin.atropos.tensorize import TensorBatch, tensorize, warm_up
 
 
 def env_score(prompts=None, completions=None, atropos_score=None, **kwargs) -> list[float | None]:
@@ -166,8 +165,7 @@ class AtroposProducer(BaseDataProducer):
         self.fetcher = BatchFetcher(
             self.api, self.spool, self._prepare, capacity=self.settings.prefetch, batch_size=self.global_batch,
             poll_interval=self.settings.poll_interval, max_backoff=self.settings.max_backoff,
-            lookup_versions=self._lookup_versions, meta=self._fetch_meta,
-            reregister=lambda: self._register(tr.state.global_step))
+            meta=self._fetch_meta, reregister=lambda: self._register(tr.state.global_step), warm_up=warm_up)
         self.fetcher.start(replay)
         tr.add_callback(_SpoolRelease(self))
 
@@ -195,42 +193,33 @@ class AtroposProducer(BaseDataProducer):
         tr = self.trainer
         return {"fetch_step": int(tr.state.global_step), "synced_version": tr._synced_version}
 
-    def _lookup_versions(self, groups: list) -> list | None:
-        fps = [fingerprint(seq) if isinstance(seq, list) and all(isinstance(t, int) for t in seq) else ""
-               for g in groups if isinstance(g, dict) for seq in (g.get("tokens") or [])]
+    def _lookup_versions(self, fingerprints: list[str]) -> list[int | None]:
+        """The policy version that generated each sequence, from the server's ledger (None: unknown)."""
+        if not fingerprints:
+            return []
         try:
-            return self._version_client.policy_versions(fps)
+            return self._version_client.policy_versions(fingerprints)
         except Exception as exc:  # the lag falls back to a lower bound; training goes on
             if not self._version_warned:
                 self._version_warned = True
                 _say(f"cannot look up which policy generated the batches ({exc}); policy_lag is reported as a "
                      "lower bound (from the weights the server held when the batch was fetched)")
-            return None
+            return [None] * len(fingerprints)
 
-    def _prepare(self, seq: int, meta: dict, groups: list) -> PreparedBatch:
-        t = tensorize(groups, pad_token_id=self.trainer.pad_token_id, vocab_size=self._vocab, max_len=self._max_len,
-                      scale_rewards=self._scale, default_temperature=self._temperature)
+    def _prepare(self, seq: int, meta: dict, reply: BatchReply) -> PreparedBatch:
+        t = tensorize(reply.groups, columns=reply.columns, pad_token_id=self.trainer.pad_token_id,
+                      vocab_size=self._vocab, max_len=self._max_len, scale_rewards=self._scale,
+                      default_temperature=self._temperature)
         for r in t.rejections:
             _say(f"batch {seq}: rejected {r} — the rest of the batch trains")
-        versions_all = meta.get("versions")
-        sizes = [len(g.get("tokens") or []) if isinstance(g, dict) else 0 for g in groups]
-        starts = [0]
-        for n in sizes:
-            starts.append(starts[-1] + n)
-        versions: list[int | None] = []
-        k_prev, k = None, 0
-        for gi in t.group_index.tolist():
-            k = k + 1 if gi == k_prev else 0
-            k_prev = gi
-            v = versions_all[starts[gi] + k] if versions_all and starts[gi] + k < len(versions_all) else None
-            versions.append(v)
+        versions = self._lookup_versions(t.fingerprints())
         completion_ids = [row[:n].tolist() for row, n in zip(t.completion_ids, t.completion_lengths.tolist())]
         prompt_ids = [row[m.bool()].tolist() for row, m in zip(t.prompt_ids, t.prompt_mask)]
         tok = self._tokenizer
         return PreparedBatch(seq=seq, meta=meta, tensors=t, versions=versions,
                              prompts=tok.batch_decode(prompt_ids, skip_special_tokens=True),
                              completions=tok.batch_decode(completion_ids, skip_special_tokens=True),
-                             completion_ids=completion_ids, groups_received=len(groups))
+                             completion_ids=completion_ids, groups_received=len(reply.groups))
 
     # ---- the rollout axolotl trains on ------------------------------------------------------------
     def _rollout(self, item: PreparedBatch) -> dict[str, Any]:
