@@ -43,6 +43,7 @@ smoke() {
 import importlib.metadata as md
 import trl.trainer.grpo_trainer  # noqa: F401  (breaks if huggingface_hub drifted from axolotl's pin)
 import axolotl, vllm, atroposlib, grpo_plugin  # noqa: F401,E401
+import grpo_plugin.atropos.tensorize  # noqa: F401  (numba, orjson: the Atropos batch decoder)
 from vllm import LLM  # noqa: F401  (breaks if a CUDA torchvision sneaked in)
 print("  torch", md.version("torch"), "| axolotl", md.version("axolotl"), "| trl", md.version("trl"),
       "| vllm", vllm.__version__, "| transformers", md.version("transformers"),

@@ -273,28 +273,41 @@ def _token_checks(tok, msk, lps, adv, has_adv, lens, vocab, slack):
 
 @njit(cache=True, nogil=True)
 def _layout(tok, msk, lps, adv, has_adv, offsets, lens, prompt_len, P, C, pad):
-    """Left-padded prompts, right-padded completions with their mask, sampling logprobs and token advantages."""
+    """Left-padded prompts, right-padded completions with their mask, sampling logprobs and token advantages
+    (every cell written once)."""
     S = lens.shape[0]
-    prompt_ids = np.full((S, P), pad, np.int64)
-    prompt_mask = np.zeros((S, P), np.int64)
-    completion_ids = np.full((S, C), pad, np.int64)
-    completion_mask = np.zeros((S, C), np.int64)
-    sampling = np.zeros((S, C), np.float32)
+    prompt_ids = np.empty((S, P), np.int64)
+    prompt_mask = np.empty((S, P), np.int64)
+    completion_ids = np.empty((S, C), np.int64)
+    completion_mask = np.empty((S, C), np.int64)
+    sampling = np.empty((S, C), np.float32)
     adv_tok = np.zeros((S, C) if has_adv else (0, 0), np.float32)
     for s in range(S):
         o, pl = offsets[s], prompt_len[s]
         lead = P - pl
+        for p in range(lead):
+            prompt_ids[s, p] = pad
+            prompt_mask[s, p] = 0
         for p in range(pl):
             prompt_ids[s, lead + p] = tok[o + p]
             prompt_mask[s, lead + p] = 1
-        for c in range(lens[s] - pl):
-            k = o + pl + c
+        cl = lens[s] - pl
+        base = o + pl
+        for c in range(cl):
+            k = base + c
             completion_ids[s, c] = tok[k]
             if msk[k] != -100:
                 completion_mask[s, c] = 1
                 sampling[s, c] = lps[k]
                 if has_adv:
                     adv_tok[s, c] = adv[k]
+            else:
+                completion_mask[s, c] = 0
+                sampling[s, c] = 0.0
+        for c in range(cl, C):
+            completion_ids[s, c] = pad
+            completion_mask[s, c] = 0
+            sampling[s, c] = 0.0
     return prompt_ids, prompt_mask, completion_ids, completion_mask, sampling, adv_tok
 
 
