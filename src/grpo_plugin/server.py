@@ -198,14 +198,19 @@ def wait_until(healthy: Callable[[], bool], timeout: float, progress: Progress,
         time.sleep(poll)
 
 
+def process_tree(proc: subprocess.Popen) -> list[psutil.Process]:
+    """The process we started and all its living descendants (empty once it is gone)."""
+    try:
+        root = psutil.Process(proc.pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def stop_tree(proc: subprocess.Popen, timeout: float = 30.0) -> None:
     """Stop a process WE started in its own session (start_new_session=True): SIGTERM its process group and
     every descendant recorded from its PID, SIGKILL what is left after `timeout`. Nothing else is signalled."""
-    try:
-        root = psutil.Process(proc.pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        procs = []
+    procs = process_tree(proc)
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGTERM)  # the group we created with start_new_session
@@ -262,6 +267,10 @@ class VLLMServerProcess:
             start_new_session=True,  # own process group: Ctrl-C in the terminal is ours to forward
             preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - the server dies with its parent even on SIGKILL
         )
+
+    def tree(self) -> list[psutil.Process]:
+        """Our server process and its workers (what stop() will signal)."""
+        return process_tree(self.proc) if self.proc is not None else []
 
     def restart(self, **spec_changes) -> None:
         """Stop our process tree, then start again with the spec changed (e.g. `model=` a new checkpoint).

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers import TrainerState
 
 from grpo_plugin import probe
 from grpo_plugin.ipc.layout import UnmappedParameterError
@@ -119,12 +120,14 @@ def test_optimizer_steps_through_the_fence_verify(attached, ipc_server, probe_id
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)  # touches every tensor
     ids = torch.tensor([probe_ids * 4])
     prev = client.prompt_logprobs(probe_ids, model=sync.generation_model)
+    state = TrainerState()  # what the Trainer hands its callbacks
     for step in range(3):
         model.train()
         model(ids, labels=ids).loss.backward()
-        fence.on_pre_optimizer_step(None, None, None)
+        fence.on_pre_optimizer_step(None, state, None)
         opt.step()
-        fence.on_optimizer_step(None, None, None)
+        fence.on_optimizer_step(None, state, None)
+        state.global_step += 1
         opt.zero_grad()
         result = verifier.verify(model, sync.generation_model, sync.push(step))  # prompt + cached-generation probe
         assert result.logprob_diff <= 1e-5, result

@@ -197,7 +197,7 @@ def test_process_restart_serves_new_weights_then_port_conflict_kills_nothing(ser
     sync.prepare(trainer)
     assert sync.needs_initial_push is False
     verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="restart")
-    old_pids = {p.pid for p in server._tree()}
+    old_pids = {p.pid for p in server.tree()}
     train_step(trainer.model, seed=21)
     result = verifier.verify(trainer.model, sync.generation_model, sync.push(1))
     assert result.logprob_diff <= 1e-4
