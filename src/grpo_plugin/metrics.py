@@ -123,19 +123,42 @@ def plot(records: Sequence[dict], path: str | Path, title: str = "") -> Path:
 
 
 class MetricsWriter:
-    """Appends one line per step (flushed at once, so a crash loses nothing already written)."""
+    """Appends one line per step (flushed at once, so a crash loses nothing already written).
+
+    A resumed run keeps the lines of the steps before the one it resumes at (a run that crashed after its
+    last checkpoint re-does the steps after it: their old lines are replaced); a fresh run starts the file over.
+    The decision waits for the first record, whose step says where this run starts."""
 
     def __init__(self, output_dir: str | Path):
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "grpo_metrics.jsonl"
-        self.path.write_text("")
         self.records: list[dict] = []
+        self.kept_from_earlier_run = 0
+        self._started = False
+
+    def _earlier_records(self, first_step: int) -> list[dict]:
+        if not self.path.exists():
+            return []
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by a crash
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("step"), int) and rec["step"] < first_step:
+                kept.append(rec)
+        return kept
 
     def write(self, record: dict) -> None:
         missing = [f for f in STEP_FIELDS if f not in record]
         if missing:
             raise KeyError(f"metrics record lacks {missing}")
+        if not self._started:
+            self._started = True
+            self.records = self._earlier_records(record["step"])
+            self.kept_from_earlier_run = len(self.records)
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
         self.records.append(record)
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
@@ -173,8 +196,20 @@ def report(output_dir: str | Path) -> str:
         f"  step median {f(s['step_ms_median'], '.0f')} ms · rollout median {f(s['rollout_ms_median'], '.0f')} ms"
         f" · trainer peak RSS {f(s['trainer_peak_rss_mb'], '.0f')} MiB"
         f" · server peak RSS {f(s['server_peak_rss_mb'], '.0f')} MiB",
+        *_atropos_lines(s.get("atropos"), f),
         f"  files: {d / 'grpo_metrics.jsonl'}, {d / 'grpo_summary.json'}, {d / 'grpo_curves.png'}",
     ])
+
+
+def _atropos_lines(a: dict | None, f) -> list[str]:
+    if not a:
+        return []
+    return [
+        f"  atropos: {a['batches_trained']} batches from {a['url']} · rejected groups {a['rejected_groups']}"
+        f" · padding rows {a['padding_rows']}",
+        f"  policy lag mean {f(a['policy_lag_mean'], '.2f')} · max {f(a['policy_lag_max'], 'd')}"
+        f" ({', '.join(a['policy_lag_source']) or 'no source'})",
+    ]
 
 
 if __name__ == "__main__":

@@ -384,8 +384,9 @@ def _atropos_summary(tr: GRPOPluginTrainer) -> dict:
     lags = [r["policy_lag"] for r in recs if r.get("policy_lag") is not None]
     return {"atropos": {
         "url": tr.grpo.atropos.url,
-        "batches_trained": producer.trained_batches,
-        "rejected_groups": producer.rejected_total,
+        # from the records, which a resumed run carries over: the whole run, not just this process
+        "batches_trained": sum(1 for r in recs if r.get("atropos_batch") is not None),
+        "rejected_groups": sum(r.get("atropos_rejected_groups") or 0 for r in recs),
         "padding_rows": sum(r.get("atropos_padding_rows") or 0 for r in recs),
         "policy_lag_max": max(lags, default=None),
         "policy_lag_mean": round(sum(lags) / len(lags), 3) if lags else None,

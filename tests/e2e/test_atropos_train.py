@@ -174,11 +174,14 @@ def test_killed_run_resumes_without_losing_or_repeating_a_batch_and_rejects_a_ma
             run2.wait(timeout=180)
     log = log2.read_text()
     assert f"resuming at step {resumed_at}" in log, log[-4000:]
-    run2_recs = records(cfg)
-    assert [r["step"] for r in run2_recs] == list(range(resumed_at + 1, steps + 1))
-    trained = [r["atropos_batch"] for r in run1_recs[:resumed_at]] + [r["atropos_batch"] for r in run2_recs]
+    recs = records(cfg)  # run 1's lines up to the checkpoint, then run 2's
+    assert [r["step"] for r in recs] == list(range(1, steps + 1))
+    assert recs[:resumed_at] == run1_recs[:resumed_at]
+    run2_recs = recs[resumed_at:]
+    trained = [r["atropos_batch"] for r in recs]
     assert trained == list(range(len(trained))), trained  # every fetched batch once, in order: none lost or repeated
     s = summary(cfg)
+    assert s["steps"] == steps and s["atropos"]["batches_trained"] == steps, s
     assert s["atropos"]["rejected_groups"] == 1, s
     assert re.search(r"rejected group \d+: tokens\[0\]\[2\] = 1000000 is not a token id", log), log[-4000:]
     hit = [r for r in run2_recs if r["atropos_rejected_groups"]]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from grpo_plugin import probe
-from grpo_plugin.metrics import STEP_FIELDS, MetricsWriter, summarize
+from grpo_plugin.metrics import STEP_FIELDS, MetricsWriter, report, summarize
 
 
 class Bigram(torch.nn.Module):
@@ -84,6 +84,46 @@ def test_summary_counts_a_verified_initial_state_apart_from_pushes():
 def test_writer_refuses_incomplete_record(tmp_path):
     with pytest.raises(KeyError, match="policy_lag"):
         MetricsWriter(tmp_path).write({k: 0 for k in STEP_FIELDS if k != "policy_lag"})
+
+
+def test_a_resumed_run_keeps_the_steps_before_its_checkpoint_and_replaces_the_rest(tmp_path):
+    first = MetricsWriter(tmp_path)
+    for i in range(1, 8):  # run 1 crashed after step 7; its last checkpoint was step 5
+        first.write(_rec(i, 0.1))
+    with (tmp_path / "grpo_metrics.jsonl").open("a") as f:
+        f.write('{"step": 8, "rew')  # the line a kill cut short
+    second = MetricsWriter(tmp_path)
+    assert [r["step"] for r in second.records] == []  # nothing decided before the first record
+    for i in range(6, 11):
+        second.write(_rec(i, 0.9))
+    lines = [json.loads(x) for x in (tmp_path / "grpo_metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == list(range(1, 11))
+    assert [r["reward_mean"] for r in lines] == [0.1] * 5 + [0.9] * 5  # steps 6-7 of run 1 were replaced
+    assert second.records == lines and second.kept_from_earlier_run == 5
+
+
+def test_a_fresh_run_starts_the_file_over(tmp_path):
+    old = MetricsWriter(tmp_path)
+    for i in range(1, 4):
+        old.write(_rec(i, 0.1))
+    new = MetricsWriter(tmp_path)
+    new.write(_rec(1, 0.7))
+    lines = [json.loads(x) for x in (tmp_path / "grpo_metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["reward_mean"]) for r in lines] == [(1, 0.7)] and new.kept_from_earlier_run == 0
+
+
+def test_report_shows_the_atropos_line_only_for_atropos_runs(tmp_path):
+    w = MetricsWriter(tmp_path)
+    for i in range(1, 4):
+        w.write(_rec(i, i / 4))
+    w.finish(summarize(w.records, mode="lora_sync", model="m", tolerance=1e-4))
+    assert "atropos:" not in report(tmp_path) and "policy lag" not in report(tmp_path)
+    atropos = {"url": "http://127.0.0.1:8000", "batches_trained": 3, "rejected_groups": 2, "padding_rows": 5,
+               "policy_lag_max": 2, "policy_lag_mean": 1.25, "policy_lag_source": ["ledger"]}
+    w.finish(summarize(w.records, mode="lora_sync", model="m", tolerance=1e-4, extra={"atropos": atropos}))
+    text = report(tmp_path)
+    assert "atropos: 3 batches from http://127.0.0.1:8000 · rejected groups 2 · padding rows 5" in text
+    assert "policy lag mean 1.25 · max 2 (ledger)" in text
 
 
 def test_listening_pid_finds_our_own_listener():

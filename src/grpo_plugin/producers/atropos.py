@@ -80,8 +80,6 @@ class AtroposProducer(BaseDataProducer):
         self.api = AtroposAPI(settings.url, timeout=settings.request_timeout)
         self.fetcher: BatchFetcher | None = None
         self.spool: Spool | None = None
-        self.rejected_total = 0
-        self.trained_batches = 0
         self._saving = True
         self._version_warned = False
 
@@ -103,8 +101,6 @@ class AtroposProducer(BaseDataProducer):
         if not self._saving:  # no checkpoint will ever cover it: nothing to resume from
             self.spool.release(global_step + self.spool.span)
         wait_ms = (time.perf_counter() - t0) * 1e3
-        self.rejected_total += rejected
-        self.trained_batches += 1
         output = self._rollout(item)
         if self.on_rollout is not None:
             self.on_rollout(wait_ms, **self._lag(item, global_step), atropos_batch=item.seq,
