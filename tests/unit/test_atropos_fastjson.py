@@ -87,3 +87,20 @@ def test_exponents_and_signs():
     raw = json.dumps({"batch": [{"tokens": [[1] * len(values)], "inference_logprobs": [values]}]}).encode()
     rest, cols = decode(raw + b" " * 300)
     np.testing.assert_allclose(cols.values["inference_logprobs"], values, rtol=1e-15, atol=1e-300)
+
+
+@pytest.mark.parametrize("keys", [("tokens", "masks"), ("inference_logprobs", "advantages")])
+def test_arrays_grow_in_the_middle_of_a_sequence(keys):
+    """Single-digit values pack one into two bytes: far more values than the first guess at the arrays' size
+    (a byte count / 8 for ids, / 16 for logprobs), so they grow mid-sequence and go on from the element that
+    did not fit."""
+    rows = [[i % 10 for i in range(5000)], [7] * 3000]
+    group = {key: rows for key in keys}
+    raw = json.dumps({"batch": [group, group]}, separators=(",", ":")).encode()
+    assert 2 * sum(map(len, rows)) > len(raw) // 8
+    _, cols = decode(raw)
+    assert cols is not None
+    for key in keys:
+        values, lengths = flat([group, group], key, np.float64)
+        assert cols.lengths[key].tolist() == lengths.tolist(), key
+        assert np.array_equal(cols.values[key], values), key

@@ -182,21 +182,25 @@ if njit is not None:
             return 3
         return -1
 
+    # The two element loops below never grow their output (a reassigned array inside the per-element loop
+    # costs numba about half the speed): they stop at the first element that does not fit and say so, and
+    # the wrappers grow the array and go on from that element.
+    DONE, BAD, FULL = 0, 1, 2
+
     @njit(cache=True, nogil=True)
-    def _ints(buf, i, dst, m):
-        """Integers from buf[i] (just after '[') up to the closing ']', appended to dst[m:] (grown as needed).
-        Returns (ok, index after ']', count, dst)."""
+    def _int_run(buf, i, dst, m):
+        """Integers from the element at buf[i] on, written to dst[m:], up to the closing ']'.
+        Returns (DONE: i after ']' | BAD | FULL: i at the element that did not fit, count written)."""
         n = buf.shape[0]
+        cap = dst.shape[0]
         k = 0
-        while i < n and (buf[i] == 32 or buf[i] == 10 or buf[i] == 13 or buf[i] == 9):
-            i += 1
-        if i < n and buf[i] == 93:
-            return True, i + 1, 0, dst
         while True:
             while i < n and (buf[i] == 32 or buf[i] == 10 or buf[i] == 13 or buf[i] == 9):
                 i += 1
             if i >= n:
-                return False, i, k, dst
+                return BAD, i, k
+            if m + k >= cap:
+                return FULL, i, k
             neg = buf[i] == 45
             if neg:
                 i += 1
@@ -209,36 +213,35 @@ if njit is not None:
                 v = v * 10 + d
                 i += 1
             if i == start or i - start > 18:
-                return False, i, k, dst
-            if m + k >= dst.shape[0]:
-                dst = _grow_i(dst, m + k + 1)
+                return BAD, i, k
             dst[m + k] = -v if neg else v
             k += 1
+            if i < n and buf[i] == 44:  # the usual case: a comma right after the number
+                i += 1
+                continue
             while i < n and (buf[i] == 32 or buf[i] == 10 or buf[i] == 13 or buf[i] == 9):
                 i += 1
             if i < n and buf[i] == 44:
                 i += 1
                 continue
             if i < n and buf[i] == 93:
-                return True, i + 1, k, dst
-            return False, i, k, dst
+                return DONE, i + 1, k
+            return BAD, i, k
 
     @njit(cache=True, nogil=True)
-    def _floats(buf, i, dst, m, P10):
-        """JSON numbers from buf[i] (just after '[') up to the closing ']', appended to dst[m:] (grown as
-        needed). The value is the 18-digit mantissa scaled by a power of ten: within an ulp or two of the
-        correctly rounded one. Returns (ok, index after ']', count, dst)."""
+    def _float_run(buf, i, dst, m, P10):
+        """JSON numbers from the element at buf[i] on, like _int_run. The value is the 18-digit mantissa scaled
+        by a power of ten: within an ulp or two of the correctly rounded one."""
         n = buf.shape[0]
+        cap = dst.shape[0]
         k = 0
-        while i < n and (buf[i] == 32 or buf[i] == 10 or buf[i] == 13 or buf[i] == 9):
-            i += 1
-        if i < n and buf[i] == 93:
-            return True, i + 1, 0, dst
         while True:
             while i < n and (buf[i] == 32 or buf[i] == 10 or buf[i] == 13 or buf[i] == 9):
                 i += 1
             if i >= n:
-                return False, i, k, dst
+                return BAD, i, k
+            if m + k >= cap:
+                return FULL, i, k
             neg = buf[i] == 45
             if neg:
                 i += 1
@@ -258,7 +261,7 @@ if njit is not None:
                     scale += 1
                 i += 1
             if i == start:
-                return False, i, k, dst
+                return BAD, i, k
             if i < n and buf[i] == 46:
                 i += 1
                 f0 = i
@@ -273,7 +276,7 @@ if njit is not None:
                         scale -= 1
                     i += 1
                 if i == f0:
-                    return False, i, k, dst
+                    return BAD, i, k
             if i < n and (buf[i] == 101 or buf[i] == 69):
                 i += 1
                 eneg = False
@@ -290,25 +293,62 @@ if njit is not None:
                         e = e * 10 + d
                     i += 1
                 if i == e0:
-                    return False, i, k, dst
+                    return BAD, i, k
                 scale += -e if eneg else e
             v = float(mant)
             if scale < 0:
                 v = v / P10[-scale] if -scale < 309 else 0.0
             elif scale > 0:
                 v = v * P10[scale] if scale < 309 else np.inf
-            if m + k >= dst.shape[0]:
-                dst = _grow_i(dst, m + k + 1)
             dst[m + k] = -v if neg else v
             k += 1
+            if i < n and buf[i] == 44:
+                i += 1
+                continue
             while i < n and (buf[i] == 32 or buf[i] == 10 or buf[i] == 13 or buf[i] == 9):
                 i += 1
             if i < n and buf[i] == 44:
                 i += 1
                 continue
             if i < n and buf[i] == 93:
-                return True, i + 1, k, dst
-            return False, i, k, dst
+                return DONE, i + 1, k
+            return BAD, i, k
+
+    @njit(cache=True, nogil=True)
+    def _empty_list(buf, i):
+        """At the first element of a list (just after '['): the index after ']' if the list is empty, else -1."""
+        i = _ws(buf, i)
+        return i + 1 if i < buf.shape[0] and buf[i] == 93 else -1
+
+    @njit(cache=True, nogil=True)
+    def _ints(buf, i, dst, m):
+        """Integers from buf[i] (just after '[') up to the closing ']', appended to dst[m:] (grown as needed).
+        Returns (ok, index after ']', count, dst)."""
+        j = _empty_list(buf, i)
+        if j >= 0:
+            return True, j, 0, dst
+        k = 0
+        while True:
+            status, i, got = _int_run(buf, i, dst, m + k)
+            k += got
+            if status != FULL:
+                return status == DONE, i, k, dst
+            dst = _grow_i(dst, m + k + 1)
+
+    @njit(cache=True, nogil=True)
+    def _floats(buf, i, dst, m, P10):
+        """Numbers from buf[i] (just after '[') up to the closing ']', appended to dst[m:] (grown as needed).
+        Returns (ok, index after ']', count, dst)."""
+        j = _empty_list(buf, i)
+        if j >= 0:
+            return True, j, 0, dst
+        k = 0
+        while True:
+            status, i, got = _float_run(buf, i, dst, m + k, P10)
+            k += got
+            if status != FULL:
+                return status == DONE, i, k, dst
+            dst = _grow_i(dst, m + k + 1)
 
     @njit(cache=True, nogil=True)
     def _scan(buf, P10):
