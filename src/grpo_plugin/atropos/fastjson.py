@@ -184,11 +184,11 @@ if njit is not None:
 
     # The two element loops below never grow their output (a reassigned array inside the per-element loop
     # costs numba about half the speed): they stop at the first element that does not fit and say so, and
-    # the wrappers grow the array and go on from that element.
+    # _values grows the array and goes on from that element.
     DONE, BAD, FULL = 0, 1, 2
 
     @njit(cache=True, nogil=True)
-    def _int_run(buf, i, dst, m):
+    def _int_run(buf, i, dst, m, P10):  # P10 unused: the same signature as _float_run
         """Integers from the element at buf[i] on, written to dst[m:], up to the closing ']'.
         Returns (DONE: i after ']' | BAD | FULL: i at the element that did not fit, count written)."""
         n = buf.shape[0]
@@ -321,30 +321,18 @@ if njit is not None:
         return i + 1 if i < buf.shape[0] and buf[i] == 93 else -1
 
     @njit(cache=True, nogil=True)
-    def _ints(buf, i, dst, m):
-        """Integers from buf[i] (just after '[') up to the closing ']', appended to dst[m:] (grown as needed).
-        Returns (ok, index after ']', count, dst)."""
+    def _values(ints, buf, i, dst, m, P10):
+        """Numbers from buf[i] (just after '[') up to the closing ']', parsed as integers (`ints`) or floats
+        and appended to dst[m:] (grown as needed). Returns (ok, index after ']', count, dst)."""
         j = _empty_list(buf, i)
         if j >= 0:
             return True, j, 0, dst
         k = 0
         while True:
-            status, i, got = _int_run(buf, i, dst, m + k)
-            k += got
-            if status != FULL:
-                return status == DONE, i, k, dst
-            dst = _grow_i(dst, m + k + 1)
-
-    @njit(cache=True, nogil=True)
-    def _floats(buf, i, dst, m, P10):
-        """Numbers from buf[i] (just after '[') up to the closing ']', appended to dst[m:] (grown as needed).
-        Returns (ok, index after ']', count, dst)."""
-        j = _empty_list(buf, i)
-        if j >= 0:
-            return True, j, 0, dst
-        k = 0
-        while True:
-            status, i, got = _float_run(buf, i, dst, m + k, P10)
+            if ints:  # (numba types both calls for either dst; only the matching one runs)
+                status, i, got = _int_run(buf, i, dst, m + k, P10)
+            else:
+                status, i, got = _float_run(buf, i, dst, m + k, P10)
             k += got
             if status != FULL:
                 return status == DONE, i, k, dst
@@ -437,13 +425,13 @@ if njit is not None:
                                             return fail
                                         m = n_vals[f]
                                         if f == 0:
-                                            ok, i, count, ivals0 = _ints(buf, i + 1, ivals0, m)
+                                            ok, i, count, ivals0 = _values(True, buf, i + 1, ivals0, m, P10)
                                         elif f == 1:
-                                            ok, i, count, ivals1 = _ints(buf, i + 1, ivals1, m)
+                                            ok, i, count, ivals1 = _values(True, buf, i + 1, ivals1, m, P10)
                                         elif f == 2:
-                                            ok, i, count, fvals2 = _floats(buf, i + 1, fvals2, m, P10)
+                                            ok, i, count, fvals2 = _values(False, buf, i + 1, fvals2, m, P10)
                                         else:
-                                            ok, i, count, fvals3 = _floats(buf, i + 1, fvals3, m, P10)
+                                            ok, i, count, fvals3 = _values(False, buf, i + 1, fvals3, m, P10)
                                         if not ok:
                                             return fail
                                         n_vals[f] = m + count
