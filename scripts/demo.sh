@@ -8,7 +8,7 @@
 #     ./scripts/demo.sh ipc             ipc: full fine-tuning, trainer and server share one copy of the weights
 #     ./scripts/demo.sh atropos         an Atropos environment generates and scores the rollouts (run-api, env,
 #                                       vLLM server and trainer started and stopped by grpo_plugin.atropos.launch)
-# Further arguments go to `axolotl train`.
+# Further arguments go to `axolotl train`. GRPO_STACK=legacy runs it on the Python 3.11 / axolotl 0.19 stack.
 set -euo pipefail
 MODE=lora_sync
 case "${1:-}" in
@@ -16,9 +16,10 @@ case "${1:-}" in
 esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+source scripts/stack.sh   # GRPO_STACK=current (default) | legacy, and its VENV
 bash scripts/install.sh
 # shellcheck disable=SC1091
-source "${GRPO_VENV:-$ROOT/.venv}/bin/activate"
+source "$VENV/bin/activate"
 export AXOLOTL_DO_NOT_TRACK=1 WANDB_MODE=disabled HF_HUB_OFFLINE=1
 
 if [ ! -f demo/tiny-qwen2/model.safetensors ] || [ ! -f demo/data/digits.jsonl ]; then

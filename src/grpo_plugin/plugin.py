@@ -20,7 +20,12 @@ class GRPOPlugin(BasePlugin):
     def register(self, cfg) -> None:
         """Runs on the raw config before validation (also for `axolotl vllm-serve`). axolotl reads
         trainer_cls / trl.use_data_producer / vllm.serve_module before any later hook, so they are set here.
-        Only defaults are filled in: an explicit conflicting value is left for validation to reject."""
+        Only defaults are filled in: an explicit conflicting value is left for validation to reject.
+        First of all: the installed axolotl / TRL must be a supported stack (a clear error, before any model loads).
+        """
+        from grpo_plugin.compat.host import check_host_versions
+
+        check_host_versions()
         if cfg.get("grpo") is None:
             cfg["grpo"] = {}
         if cfg.get("trainer_cls") not in (None, TRAINER_CLS):

@@ -30,6 +30,7 @@ from transformers import TrainerCallback
 
 from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, current_settings, loaded_cfg
 from grpo_plugin.client import VLLMServerClient
+from grpo_plugin.compat.host import host
 from grpo_plugin.metrics import MetricsWriter, listening_pid, rss_mb, summarize
 from grpo_plugin.producers.local import LocalRolloutProducer
 from grpo_plugin.server import Progress, wait_until
@@ -207,34 +208,36 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                            batch_size=None, compute_entropy=False, **kwargs):
         """Per-sequence temperatures (Atropos rollouts carry one per sequence): the rows are scored in groups
-        of equal temperature, each with `self.temperature` set to it, as TRL divides the logits by it."""
+        of equal temperature, each with `self.temperature` set to it, as TRL divides the logits by it.
+        Returns what the host's callers unpack (compat.host: 2 values on axolotl 0.19, 3 from 0.20 on)."""
         temps = self._row_temperatures
-        if temps is None or temps.numel() != input_ids.size(0):
-            return self._logps_one_temperature(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                               compute_entropy, **kwargs)
-        values = torch.unique(temps)
         default = self.temperature
-        if values.numel() == 1:
+        values = torch.unique(temps) if temps is not None and temps.numel() == input_ids.size(0) else None
+        if values is None or values.numel() == 1:
             try:
-                self.temperature = float(values[0])
-                return self._logps_one_temperature(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                                   compute_entropy, **kwargs)
+                if values is not None:
+                    self.temperature = float(values[0])
+                return host().logps_result(*self._logps_one_temperature(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs))
             finally:
                 self.temperature = default
         logps = torch.zeros(input_ids.size(0), logits_to_keep, device=input_ids.device)
         entropies = torch.zeros_like(logps) if compute_entropy else None
+        aux_losses = []
         try:
             for value in values.tolist():
                 rows = torch.nonzero(temps == value).flatten().to(input_ids.device)
                 self.temperature = value
-                lp, ent = self._logps_one_temperature(model, input_ids[rows], attention_mask[rows], logits_to_keep,
-                                                      batch_size, compute_entropy, **kwargs)
+                lp, ent, aux = self._logps_one_temperature(model, input_ids[rows], attention_mask[rows],
+                                                           logits_to_keep, batch_size, compute_entropy, **kwargs)
                 logps = logps.to(lp.dtype).index_copy(0, rows, lp)
                 if compute_entropy:
                     entropies = entropies.to(ent.dtype).index_copy(0, rows, ent)
+                if aux is not None:
+                    aux_losses.append(aux * rows.numel() / input_ids.size(0))
         finally:
             self.temperature = default
-        return logps, entropies
+        return host().logps_result(logps, entropies, sum(aux_losses) if aux_losses else None)
 
     @contextmanager
     def _temperatures_of(self, rows: dict):
@@ -250,21 +253,20 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             return super()._compute_deferred_scores(rollout)
 
     def _logps_one_temperature(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                               compute_entropy=False, **kwargs):
-        """axolotl 0.19 runs this forward under bf16 autocast whatever the model's dtype, so an fp32 run
-        silently scores and trains in bf16 precision (on the CPU demo its logprobs were 2.3e-3 off a plain
-        forward, while vLLM's matched to 1.5e-8). fp32 models use TRL's own implementation, which does not
-        autocast; others keep axolotl's."""
+                               compute_entropy=False, **kwargs) -> tuple:
+        """(logps, entropies, aux_loss) at `self.temperature`. axolotl runs this forward under bf16 autocast
+        whatever the model's dtype (0.19 and 0.21 alike), so an fp32 run silently scores and trains in bf16
+        precision (on the CPU demo its logprobs were 2.3e-3 off a plain forward, while vLLM's matched to 1.5e-8).
+        fp32 models use TRL's own implementation, which does not autocast; others keep axolotl's."""
         if not self._scores_in_fp32:
-            return super()._get_per_token_logps_and_entropies(
+            return host().split_logps(super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                compute_entropy=compute_entropy, **kwargs)
+                compute_entropy=compute_entropy, **kwargs))
         from trl import GRPOTrainer
 
-        logps, entropies, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+        return tuple(GRPOTrainer._get_per_token_logps_and_entropies(
             self, model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-            compute_entropy=compute_entropy, **kwargs)
-        return logps, entropies
+            compute_entropy=compute_entropy, **kwargs))
 
     # ---- metrics taps --------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

@@ -74,6 +74,7 @@ def gone(pid: int, timeout: float = 60) -> bool:
     return False
 
 
+@pytest.mark.smoke
 def test_quickstart_managed_server_learns_and_verifies_every_sync(tmp_path, tiny_model_dir, tiny_data_file,
                                                                   cache_env):
     steps = 30

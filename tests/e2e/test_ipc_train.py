@@ -15,6 +15,7 @@ from tests.e2e.test_axolotl_train import gone, managed_pid, quickstart, start_vl
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.smoke
 def test_quickstart_ipc_learns_on_one_shared_copy_and_verifies_every_step(tmp_path, tiny_model_dir,
                                                                           tiny_data_file, cache_env):
     steps = 30

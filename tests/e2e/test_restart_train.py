@@ -32,6 +32,7 @@ def _records(cfg) -> list[dict]:
     return [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.smoke
 def test_quickstart_restart_reload_learns_and_verifies_every_sync(tmp_path, tiny_model_dir, tiny_data_file,
                                                                   cache_env):
     steps = 30

@@ -29,4 +29,7 @@ def test_policy_on_the_installed_vllm():
     # after a complete install nothing else is missing (everything else listed would be a gap in the env)
     assert set(names) == {"uvicorn", "starlette"}, names
     # and axolotl's pins were kept rather than vLLM's (the policy's point)
-    assert md.version("huggingface_hub") == "1.17.0" and md.version("tokenizers") == "0.23.1"
+    pins = {r.name: str(r.specifier)[2:] for r in map(Requirement, md.requires("axolotl"))
+            if r.marker is None and str(r.specifier).startswith("==")}
+    assert {"tokenizers", "transformers", "trl"} <= set(pins)
+    assert {name: md.version(name) for name in pins} == pins

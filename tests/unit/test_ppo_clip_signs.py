@@ -19,6 +19,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from grpo_plugin.compat.host import host
+
 EPS = 0.2
 # (advantage, ratio) per sequence, and the expected sign of d(loss)/d(logit of the sampled token):
 # negative = gradient descent raises the token's probability, positive = lowers it, 0 = clipped
@@ -60,6 +62,7 @@ def plugin_trainer(loss_type: str):
     tr.top_entropy_quantile, tr.off_policy_mask_threshold, tr.importance_sampling_level = 1.0, None, "token"
     tr.use_vllm, tr.vllm_importance_sampling_correction = True, True
     tr.max_completion_length = 1
+    tr.aux_loss_enabled = False  # axolotl >= 0.20 reads it (MoE router loss)
     tr.current_gradient_accumulation_steps = 1
     tr.model = torch.nn.Linear(1, 1)  # only `.training` is read
     tr.accelerator = SimpleNamespace(gather=lambda x: x, num_processes=1)
@@ -71,8 +74,8 @@ def plugin_trainer(loss_type: str):
 def test_trainer_loss_pushes_the_right_way_in_all_four_cases(loss_type):
     logits = policy_logits()
     tr = plugin_trainer(loss_type)
-    tr._get_per_token_logps_and_entropies = lambda *a, **k: (current_logps(logits),
-                                                             torch.zeros(len(CASES), 1))
+    tr._get_per_token_logps_and_entropies = lambda *a, **k: host().logps_result(current_logps(logits),
+                                                                                torch.zeros(len(CASES), 1))
     n = len(CASES)
     inputs = {
         "prompt_ids": torch.zeros(n, 1, dtype=torch.long), "prompt_mask": torch.ones(n, 1, dtype=torch.long),
@@ -92,7 +95,8 @@ def test_per_token_advantages_reach_the_loss():
     """Env-given per-token advantages (B, T) take the same path: each token is pushed by its own sign."""
     logits = policy_logits()
     tr = plugin_trainer("grpo")
-    tr._get_per_token_logps_and_entropies = lambda *a, **k: (current_logps(logits), torch.zeros(len(CASES), 1))
+    tr._get_per_token_logps_and_entropies = lambda *a, **k: host().logps_result(current_logps(logits),
+                                                                                torch.zeros(len(CASES), 1))
     n = len(CASES)
     inputs = {
         "prompt_ids": torch.zeros(n, 1, dtype=torch.long), "prompt_mask": torch.ones(n, 1, dtype=torch.long),
