@@ -180,8 +180,8 @@ class VLLMServerClient:
     def load_lora_adapter(self, name: str, path: str, *, inplace: bool = True) -> None:
         self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path, "load_inplace": inplace})
 
-    def unload_lora_adapter(self, name: str) -> None:
-        self._post("/v1/unload_lora_adapter", {"lora_name": name})
+    def unload_lora_adapter(self, name: str, *, timeout: float | None = None) -> None:
+        self._post("/v1/unload_lora_adapter", {"lora_name": name}, timeout=timeout)
 
     def reset_prefix_cache(self) -> None:
         """vLLM answers HTTP 200 with `{"success": false}` when running requests still hold KV blocks (e.g. an

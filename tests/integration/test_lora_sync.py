@@ -6,11 +6,17 @@ from __future__ import annotations
 import pytest
 
 from grpo_plugin import probe
-from grpo_plugin.sync import ProbeVerifier
+from grpo_plugin.sync import ProbeVerifier, SyncResult
 from grpo_plugin.sync.lora import LoraSync
 from tests.integration.conftest import perturb_lora
 
 pytestmark = pytest.mark.integration
+
+
+def pushed(sync, step):
+    """(the version the push loaded, its result): every push names a new adapter version."""
+    result = sync.push(step)
+    return sync.generation_model, result
 
 
 def test_adapter_swap_changes_server_logprobs_and_probe_matches(vllm_server, peft_trainer, probe_ids, request):
@@ -23,7 +29,7 @@ def test_adapter_swap_changes_server_logprobs_and_probe_matches(vllm_server, pef
     before = None
     for step in range(3):
         perturb_lora(model, seed=step)
-        result = verifier.verify(model, sync.generation_model, sync.push(step))
+        result = verifier.verify(model, *pushed(sync, step))
         assert result.logprob_diff <= 1e-4
         assert result.sync_ms > 0
         server_lps = client.prompt_logprobs(probe_ids, model=sync.generation_model)
@@ -31,8 +37,8 @@ def test_adapter_swap_changes_server_logprobs_and_probe_matches(vllm_server, pef
             assert probe.logprob_diff(server_lps, before)[0] > 1e-3
         before = server_lps
     assert sync.generation_model in client.models()
-    # the adapter tensors live on fast storage, and only there
-    assert (sync.adapter_dir / "adapter_model.safetensors").exists()
+    # the adapter tensors live on fast storage, one directory per loaded version
+    assert (sync.adapter_dir / sync.generation_model / "adapter_model.safetensors").exists()
 
 
 def test_broken_sync_is_caught_by_verification(vllm_server, peft_trainer, probe_ids, monkeypatch, request):
@@ -41,13 +47,15 @@ def test_broken_sync_is_caught_by_verification(vllm_server, peft_trainer, probe_
     request.addfinalizer(sync.close)
     sync.prepare(peft_trainer)
     verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="lora_sync")
-    verifier.verify(peft_trainer.model, sync.generation_model, sync.push(0))  # a good first sync
-    # Injected fault: the new adapter never reaches the server (not written where it reads); every HTTP call
-    # still answers 200. (Skipping only the load call is NOT such a fault: vLLM may re-read the adapter file.)
-    monkeypatch.setattr(sync, "_write_weights", lambda: None)
+    verifier.verify(peft_trainer.model, *pushed(sync, 0))  # a good first sync
+    # Injected fault: the server is pointed at the previous version's files (a stale copy); every HTTP call
+    # still answers 200.
+    stale = str(sync.adapter_dir / sync.generation_model)
+    load = client.load_lora_adapter
+    monkeypatch.setattr(client, "load_lora_adapter", lambda name, path, **kw: load(name, stale, **kw))
     perturb_lora(peft_trainer.model, seed=7)
     with pytest.raises(probe.SyncVerificationError, match=r"grpo.sync=lora_sync: weight sync at step 1 did NOT"):
-        verifier.verify(peft_trainer.model, sync.generation_model, sync.push(1))
+        verifier.verify(peft_trainer.model, *pushed(sync, 1))
 
 
 def test_generation_returns_ids_and_logprobs_of_the_adapter(vllm_server, peft_trainer, probe_ids):
@@ -71,16 +79,45 @@ def test_generation_returns_ids_and_logprobs_of_the_adapter(vllm_server, peft_tr
         sync.close()
 
 
-def test_missing_prefix_cache_reset_is_caught(vllm_server, peft_trainer, probe_ids, monkeypatch, request):
-    """Injected fault: the adapter is loaded but the prefix cache keeps KV computed with the old one. The
-    generation probe runs over a cached prompt, as rollouts do, so it sees what prompt logprobs cannot."""
+def test_versions_need_no_prefix_cache_reset_and_two_stay_loaded(vllm_server, peft_trainer, probe_ids,
+                                                                   monkeypatch, request):
+    """Each push is a new adapter name, so KV cached under an older version can never match a newer one: with
+    the prefix cache never reset, the generation probe (over a cached prompt, as rollouts run) still verifies.
+    The version before the newest stays loaded; older ones are unloaded and their files removed."""
     _, client = vllm_server
-    sync = LoraSync(client, adapter_name="t-noreset")
+    sync = LoraSync(client, adapter_name="t-versions")
+    request.addfinalizer(sync.close)
+    sync.prepare(peft_trainer)
+
+    def no_reset():
+        raise AssertionError("lora_sync must not need a prefix-cache reset")
+
+    monkeypatch.setattr(client, "reset_prefix_cache", no_reset)
+    verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="lora_sync")
+    names = []
+    for step in range(4):
+        perturb_lora(peft_trainer.model, seed=10 + step)
+        verifier.verify(peft_trainer.model, *pushed(sync, step))
+        names.append(sync.generation_model)
+    assert names == [f"t-versions-v{i}" for i in range(1, 5)]
+    served = {m for m in client.models() if m.startswith("t-versions-")}
+    assert served == set(names[-2:])
+    assert sorted(p.name for p in sync.adapter_dir.iterdir() if p.is_dir()) == sorted(names[-2:])
+
+
+def test_same_name_reload_without_reset_is_caught(vllm_server, peft_trainer, probe_ids, request):
+    """The fault versioned names rule out, injected: new weights reloaded in place under the SAME name with the
+    prefix cache kept. The generation probe runs over a cached prompt, as rollouts do, so it sees what prompt
+    logprobs cannot."""
+    _, client = vllm_server
+    sync = LoraSync(client, adapter_name="t-inplace")
     request.addfinalizer(sync.close)
     sync.prepare(peft_trainer)
     verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="lora_sync")
-    verifier.verify(peft_trainer.model, sync.generation_model, sync.push(0))  # caches the probe prompt's KV
-    monkeypatch.setattr(sync._reset.client, "reset_prefix_cache", lambda: None)
+    verifier.verify(peft_trainer.model, *pushed(sync, 0))  # caches the probe prompt's KV
+    name = sync.generation_model
     perturb_lora(peft_trainer.model, seed=3)
+    sync._write_weights(sync.adapter_dir / name)
+    client.load_lora_adapter(name, str(sync.adapter_dir / name), inplace=True)
     with pytest.raises(probe.SyncVerificationError, match="did NOT take effect"):
-        verifier.verify(peft_trainer.model, sync.generation_model, sync.push(1))
+        verifier.verify(peft_trainer.model, name, SyncResult(step=1, sync_ms=1.0))

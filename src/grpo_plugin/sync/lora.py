@@ -1,23 +1,37 @@
 """`grpo.sync: lora_sync` — hot-swap the trained LoRA adapter into the running vLLM server.
 
-Per push: the adapter tensors (only those, a few MB at most) are written as one safetensors file into a
-directory on fast storage (/dev/shm where present; the adapter config is written once), the server reloads
-that adapter in place through vLLM's own `/v1/load_lora_adapter` (`load_inplace`), and its prefix cache is
-reset so no KV computed with the old adapter is reused. The next generation uses the new adapter.
+Per push: the adapter tensors (only those, a few MB at most) are written as one safetensors file into a new
+version directory on fast storage (/dev/shm where present), and the server loads it under a NEW name,
+`<adapter_name>-v<N>`, through vLLM's own `/v1/load_lora_adapter`; generation requests name that version. The
+version before it stays loaded (a request admitted just before the push may still name it); the one before that
+is unloaded and its directory removed.
+
+Why a new name per version and not a reload in place: vLLM re-reads an adapter that was reloaded in place from
+disk on every request (vLLM PR #41482), and it keys its prefix cache on the adapter, so a new name also makes the
+prefix-cache reset unnecessary (no KV computed with older weights can match a new adapter).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import shutil
 import time
 from pathlib import Path
 
-from grpo_plugin.sync.base import PrefixCacheReset, SyncResult
+from grpo_plugin.client import ServerError
+from grpo_plugin.sync.base import SyncResult
 from grpo_plugin.sync.storage import SyncDir
+
+LOG = logging.getLogger("grpo_plugin")
+CONFIG = "adapter_config.json"
 
 
 class LoraSync:
     mode = "lora_sync"
+    needs_initial_push = True  # the adapter must exist on the server before the first rollout
+    keep = 2  # versions loaded at once: the newest, and the one requests admitted before the push may name
 
     def __init__(self, client, *, adapter_name: str, sync_dir: str | None = None):
         self.client = client
@@ -25,17 +39,21 @@ class LoraSync:
         self.storage = SyncDir("lora", sync_dir)
         self._model = None
         self._tensors = None
-        self._reset = PrefixCacheReset(client, "lora")
-
-    needs_initial_push = True  # the adapter must exist on the server before the first rollout
+        self._version = 0
+        self._loaded: list[str] = []  # names of the versions the server holds, oldest first
 
     @property
     def generation_model(self) -> str:
-        return self.adapter_name
+        if not self._loaded:
+            raise RuntimeError("grpo.sync=lora_sync: no adapter version has been pushed to the server yet")
+        return self._loaded[-1]
 
     @property
     def adapter_dir(self) -> Path:
         return self.storage.path
+
+    def _version_dir(self, name: str) -> Path:
+        return self.adapter_dir / name
 
     def prepare(self, trainer) -> None:
         model = trainer.accelerator.unwrap_model(trainer.model)
@@ -45,7 +63,7 @@ class LoraSync:
             )
         self._model = model
         self._tensors = self._adapter_tensors(model)
-        # Config once (vLLM reads adapter_config.json next to the weights); weights on every push.
+        # The config once (vLLM reads adapter_config.json next to the weights); each version links to it.
         model.peft_config["default"].save_pretrained(str(self.adapter_dir))
 
     @staticmethod
@@ -63,24 +81,50 @@ class LoraSync:
             out[key] = by_ptr[t.data_ptr()]
         return out
 
-    def _write_weights(self) -> None:
+    def _write_weights(self, target: Path) -> None:
+        """A complete adapter directory the server has never seen: the weights and a link to the config."""
         from peft import get_peft_model_state_dict
         from safetensors.torch import save_file
 
         tensors = self._tensors if self._tensors is not None else get_peft_model_state_dict(self._model)
-        sd = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
-        tmp = self.adapter_dir / "adapter_model.safetensors.tmp"
-        save_file(sd, str(tmp))
-        os.replace(tmp, self.adapter_dir / "adapter_model.safetensors")  # the server never sees a half-written file
+        target.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()},
+                  str(target / "adapter_model.safetensors"))
+        if not (target / CONFIG).exists():
+            try:
+                os.link(self.adapter_dir / CONFIG, target / CONFIG)
+            except OSError:  # a file system without hard links
+                shutil.copyfile(self.adapter_dir / CONFIG, target / CONFIG)
 
     def push(self, step: int) -> SyncResult:
-        """Write, then load in place with the prefix-cache reset beside it."""
+        """Write the new version, load it under its own name, then retire the version before the previous one."""
         t0 = time.perf_counter()
-        self._write_weights()
-        self._reset.around(lambda: self.client.load_lora_adapter(self.adapter_name, str(self.adapter_dir),
-                                                                 inplace=True))
+        self._version += 1
+        name = f"{self.adapter_name}-v{self._version}"
+        target = self._version_dir(name)
+        self._write_weights(target)
+        try:
+            self.client.load_lora_adapter(name, str(target), inplace=False)
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        self._loaded.append(name)
+        while len(self._loaded) > self.keep:
+            self._retire(self._loaded.pop(0))
         return SyncResult(step=step, sync_ms=(time.perf_counter() - t0) * 1e3)
 
+    def _retire(self, name: str) -> None:
+        try:
+            self.client.unload_lora_adapter(name)
+        except ServerError as exc:  # the server keeps an idle adapter: its LRU cache evicts it when full
+            LOG.warning("grpo_plugin: lora_sync could not unload %s from the server: %s", name, exc)
+        shutil.rmtree(self._version_dir(name), ignore_errors=True)
+
     def close(self) -> None:
-        self._reset.close()
+        """Unload what this run loaded (a long-lived server would otherwise list it forever); a server that is
+        gone or slow is not waited for."""
+        for name in self._loaded:
+            with contextlib.suppress(ServerError):
+                self.client.unload_lora_adapter(name, timeout=5)
+        self._loaded.clear()
         self.storage.close()
