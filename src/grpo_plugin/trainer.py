@@ -6,8 +6,10 @@ What it changes in the host:
   vLLM server through our own client.
 - Rollouts come from `LocalRolloutProducer` as *deferred* rollouts, so axolotl's main thread does rewards,
   advantages, policy logprobs and the vLLM importance-sampling correction. This path never calls TRL's
-  `_generate_and_score_completions` (where axolotl 0.19's `num_tiles` override breaks) nor axolotl's
+  `_generate_and_score_completions` (where axolotl 0.19's `num_tiles` override breaks) nor axolotl 0.19's
   `_generate_only` (which unpacks 7 of TRL 1.9's 8 `_generate` return values).
+- What differs between the supported axolotl releases goes through `compat.host` (e.g. how many values
+  `_get_per_token_logps_and_entropies` returns).
 - fp32 models are scored without axolotl's unconditional bf16 autocast (see
   `_get_per_token_logps_and_entropies`), so the policy logprobs match vLLM's sampling logprobs.
 - `_maybe_sync_vllm_weights`, the hook axolotl calls before each new rollout, asks the WeightSync to push
