@@ -107,7 +107,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             super().__init__(*args, **kwargs)
 
         tok = self.processing_class
-        # axolotl 0.19's deferred scoring reads these; TRL 1.9 no longer sets them.
+        # axolotl 0.19's deferred scoring reads these (0.21 asks its tokenizer); TRL no longer sets them.
         self.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.eos_token_id = tok.eos_token_id
         wait_for_server(self.vllm_server, self.grpo.server_timeout)
