@@ -65,7 +65,7 @@ smoke() {
 import importlib.metadata as md
 import trl.trainer.grpo_trainer  # noqa: F401  (breaks if huggingface_hub drifted from axolotl's pin)
 import axolotl, vllm, atroposlib, grpo_plugin  # noqa: F401,E401
-import grpo_plugin.atropos.tensorize  # noqa: F401  (numba, orjson: the Atropos batch decoder)
+import grpo_plugin.atropos.group_tensors  # noqa: F401  (numba: the Atropos tensorisation kernels)
 from vllm import LLM  # noqa: F401  (breaks if a CUDA torchvision sneaked in)
 from grpo_plugin.compat.host import check_host_versions
 check_host_versions()

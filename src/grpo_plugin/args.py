@@ -297,7 +297,7 @@ def _check_ipc(data: dict) -> None:
         if int(vllm_get(key) or 1) > 1:
             problems.append(f"`vllm.{key}: {vllm_get(key)}`: ipc shares the weights of ONE vLLM worker "
                             f"(>1 splits or replicates them). Set vllm.{key}: 1, or use grpo.sync: restart.")
-    from grpo_plugin.server import cuda_available, trainer_dtype
+    from grpo_plugin.server.process import cuda_available, trainer_dtype
 
     if cuda_available():
         problems.append("this machine has CUDA: ipc shares the weights through CPU shared memory with a vLLM-CPU "

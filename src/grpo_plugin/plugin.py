@@ -77,11 +77,11 @@ class GRPOPlugin(BasePlugin):
         # One server per run: with several trainer processes only global rank 0 starts it (the others wait
         # for its /health like any client).
         if grpo.get("managed_server") and os.environ.get("RANK", "0") == "0":
-            from grpo_plugin import managed
+            from grpo_plugin.server import managed
 
             managed.start(cfg)
 
     def post_train_unload(self, cfg) -> None:
-        from grpo_plugin import managed
+        from grpo_plugin.server import managed
 
         managed.stop()

@@ -31,11 +31,11 @@ from axolotl.core.trainers.grpo.trainer import AxolotlAsyncGRPOTrainer
 from transformers import TrainerCallback
 
 from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, current_settings, loaded_cfg
-from grpo_plugin.client import VLLMServerClient
 from grpo_plugin.compat.host import host
 from grpo_plugin.metrics import MetricsWriter, listening_pid, rss_mb, summarize
 from grpo_plugin.producers.local import LocalRolloutProducer
-from grpo_plugin.server import Progress, wait_until
+from grpo_plugin.server.client import VLLMServerClient
+from grpo_plugin.server.process import Progress, wait_until
 from grpo_plugin.sync import ProbeVerifier, SyncResult, build_weight_sync
 
 
@@ -68,7 +68,7 @@ def server_base_url(args) -> str:
 
 
 def wait_for_server(client: VLLMServerClient, timeout: float) -> None:
-    from grpo_plugin import managed
+    from grpo_plugin.server import managed
 
     server = managed.current()
     if server is not None:
@@ -343,7 +343,7 @@ class _StepMetricsCallback(TrainerCallback):
         """The server process whose memory the summary reports: ours if managed, else the port's listener."""
         from urllib.parse import urlparse
 
-        from grpo_plugin import managed
+        from grpo_plugin.server import managed
 
         server = managed.current()
         if server is not None:

@@ -13,9 +13,9 @@ import requests
 
 from grpo_plugin.atropos.api import AtroposAPI, AtroposError, NotRegisteredError
 from grpo_plugin.atropos.fetcher import BatchFetcher
+from grpo_plugin.atropos.group_tensors import tensorize
 from grpo_plugin.atropos.spool import Spool
-from grpo_plugin.atropos.tensorize import tensorize
-from grpo_plugin.server import stop_tree
+from grpo_plugin.server.process import stop_tree
 from tests.conftest import free_port
 
 BIN = Path(sys.executable).parent
@@ -77,10 +77,7 @@ def test_batch_is_none_until_whole_groups_fill_it_then_comes_whole(api, run_api)
     reply = api.batch()
     groups = reply.groups
     assert len(groups) == 2 and b'"batch"' in reply.raw
-    if reply.columns is None:
-        assert sorted(g["tokens"][0][0] for g in groups) == [10, 20]
-    else:  # the compiled decoder took the per-token fields out
-        assert sorted(reply.columns.values["tokens"][::6].tolist()) == [10, 20]
+    assert sorted(g["tokens"][0][0] for g in groups) == [10, 20]
     assert api.batch() is None  # handed out once: the run-api keeps no copy
 
 
@@ -120,7 +117,7 @@ def test_malformed_group_from_the_run_api_is_rejected_and_the_good_one_kept(api,
         reply = f.get(10)
     finally:
         f.stop()
-    out = tensorize(reply.groups, columns=reply.columns, pad_token_id=0, vocab_size=1000, max_len=64)
+    out = tensorize(reply.groups, pad_token_id=0, vocab_size=1000, max_len=64)
     assert out.num_groups == 1 and out.num_sequences == 2
     assert len(out.rejections) == 1 and "masks[0] has 2 entries but tokens[0] has 3" in out.rejections[0].reason
     assert out.completion_ids[0].tolist() == [61, 62]

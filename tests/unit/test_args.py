@@ -63,7 +63,7 @@ def test_restart_config_is_wired(base_cfg, tmp_path, strategy):
 
 
 def test_ipc_defaults_and_server_spec(base_cfg, tmp_path):
-    from grpo_plugin.server import spec_from_cfg
+    from grpo_plugin.server.process import spec_from_cfg
 
     _ipc(base_cfg)
     cfg = load(base_cfg, tmp_path)
@@ -79,9 +79,9 @@ def test_ipc_defaults_and_server_spec(base_cfg, tmp_path):
 
 
 def test_ipc_on_a_cuda_machine_is_refused(base_cfg, tmp_path, monkeypatch):
-    import grpo_plugin.server
+    import grpo_plugin.server.process
 
-    monkeypatch.setattr(grpo_plugin.server, "cuda_available", lambda: True)
+    monkeypatch.setattr(grpo_plugin.server.process, "cuda_available", lambda: True)
     _ipc(base_cfg)
     with pytest.raises(ValidationError, match="CUDA IPC is not implemented in this version"):
         load(base_cfg, tmp_path)
@@ -207,3 +207,10 @@ def test_bad_atropos_config_names_key_and_fix(base_cfg, tmp_path, mutate, expect
     with pytest.raises(ValidationError) as err:
         load(cfg, tmp_path)
     assert expected in str(err.value)
+
+
+def test_every_mode_the_schema_accepts_has_a_builder():
+    from grpo_plugin.args import SYNC_MODES
+    from grpo_plugin.sync import MODES
+
+    assert set(MODES) == set(SYNC_MODES)

@@ -32,7 +32,7 @@ class ScriptedAPI:
             item = self.script.pop(0) if self.script else None
         if isinstance(item, BaseException):
             raise item
-        return None if item is None else BatchReply(item, None, json.dumps({"batch": item}).encode())
+        return None if item is None else BatchReply(item, json.dumps({"batch": item}).encode())
 
     def status(self):
         return {"queue_size": self.queued}
@@ -171,7 +171,7 @@ def test_warm_up_runs_first_and_is_reported(tmp_path):
     f.start([])
     try:
         assert f.get(5)[1] == 4
-        assert seen and "compiling the batch decoder" in seen[0]
+        assert seen and "compiling the batch tensorisation kernels" in seen[0]
     finally:
         f.stop()
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from grpo_plugin.atropos.fastjson import loads
+from grpo_plugin.atropos.api import parse_batch
 from grpo_plugin.atropos.spool import Spool, SpoolError
 
 
@@ -13,7 +13,7 @@ def reply(tag: int) -> bytes:
 
 
 def tags(spool: Spool, seqs):
-    return [loads(spool.load(s)[1])["batch"][0]["tokens"][0][0] for s in seqs]
+    return [parse_batch(spool.load(s)[1]).groups[0]["tokens"][0][0] for s in seqs]
 
 
 def test_reply_bytes_and_metadata_round_trip(tmp_path):

@@ -1,7 +1,7 @@
 """Atropos batch → GRPO tensors: the token shift, masks, advantages, temperatures and payload rejection.
 
 Every test runs twice: from the groups as Python lists, and from the run-api's reply bytes through the
-compiled decoder (fastjson.py), which must give the same tensors and the same rejections."""
+producer's decoding (api.parse_batch), which must give the same tensors and the same rejections."""
 
 import json
 import math
@@ -10,8 +10,8 @@ import random
 import pytest
 import torch
 
-from grpo_plugin.atropos import fastjson
-from grpo_plugin.atropos.tensorize import normalised_advantages, tensorize
+from grpo_plugin.atropos.api import parse_batch
+from grpo_plugin.atropos.group_tensors import normalised_advantages, tensorize
 
 VOCAB = 100
 PATH = {"mode": "lists"}
@@ -34,9 +34,7 @@ def run(groups, **kw):
     kw = {"pad_token_id": 0, "vocab_size": VOCAB, "max_len": 64, **kw}
     if PATH["mode"] == "lists":
         return tensorize(groups, **kw)
-    raw = json.dumps({"batch": groups}).encode() + b" " * 300  # small replies skip the compiled decoder
-    reply, columns = fastjson.decode(raw)
-    return tensorize(reply["batch"], columns=columns, **kw)
+    return tensorize(parse_batch(json.dumps({"batch": groups}).encode()).groups, **kw)
 
 
 def test_prompt_is_everything_before_the_first_trained_token_and_logprobs_need_no_shift():

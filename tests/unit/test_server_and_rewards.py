@@ -2,7 +2,7 @@ import socket
 
 import pytest
 
-from grpo_plugin.server import (
+from grpo_plugin.server.process import (
     PortInUseError,
     ServerSpec,
     VLLMServerProcess,

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from grpo_plugin.producers.tensorize import rollout_tensors
+from grpo_plugin.producers.completion_tensors import rollout_tensors
 
 
 def test_padding_sides_masks_and_logprobs():

@@ -9,13 +9,12 @@ endpoint, the status and the body.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import requests
-
-from grpo_plugin.atropos.fastjson import Columns, decode
-from grpo_plugin.atropos.fastjson import loads as _loads
 
 
 class AtroposError(RuntimeError):
@@ -28,17 +27,24 @@ class NotRegisteredError(AtroposError):
 
 @dataclass
 class BatchReply:
-    """One `/batch` reply: its groups (with `columns`, their per-token fields are there instead), the bytes."""
+    """One `/batch` reply: its groups, and the bytes as received (the spool keeps them)."""
 
     groups: list
-    columns: Columns | None
     raw: bytes
+
+
+def _loads(content: bytes):
+    """JSON → Python objects: orjson, else the json module, which also reads NaN / Infinity."""
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return json.loads(content)
 
 
 def parse_batch(raw: bytes, source: str = "GET /batch") -> BatchReply | None:
     """A `/batch` reply → BatchReply, or None when it holds no batch (raises AtroposError when unusable)."""
     try:
-        body, columns = decode(raw)
+        body = _loads(raw)
     except ValueError as exc:
         raise AtroposError(f"{source} returned non-JSON: {raw[:200]!r}") from exc
     if not isinstance(body, dict):
@@ -50,7 +56,7 @@ def parse_batch(raw: bytes, source: str = "GET /batch") -> BatchReply | None:
         return None
     if not isinstance(batch, list):
         raise AtroposError(f"{source} answered a {type(batch).__name__} batch: {str(batch)[:200]}")
-    return BatchReply(batch, columns, raw)
+    return BatchReply(batch, raw)
 
 
 class AtroposAPI:

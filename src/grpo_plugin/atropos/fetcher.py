@@ -19,7 +19,7 @@ from typing import Any
 
 from grpo_plugin.atropos.api import AtroposAPI, AtroposError, BatchReply, NotRegisteredError, parse_batch
 from grpo_plugin.atropos.spool import Spool, SpoolError
-from grpo_plugin.server import Progress
+from grpo_plugin.server.process import Progress
 
 LOG = logging.getLogger("grpo_plugin")
 DIAGNOSE_EVERY = 10.0  # seconds between run-api status checks while no batch comes
@@ -92,8 +92,8 @@ class BatchFetcher:
     def _run(self) -> None:
         try:
             if self.warm_up is not None:
-                self.waiting_reason = ("compiling the batch decoder (numba, first use on this machine; cached "
-                                       "afterwards)")
+                self.waiting_reason = ("compiling the batch tensorisation kernels (numba, first use on this machine; "
+                                       "cached afterwards)")
                 self.warm_up()
                 self.waiting_reason = "asking the run-api for the first batch"
             while self._replay and not self._stop.is_set():

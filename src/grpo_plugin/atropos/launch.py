@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 import requests
 import yaml
 
-from grpo_plugin.server import Progress, port_in_use, stop_tree, wait_until
+from grpo_plugin.server.process import Progress, port_in_use, stop_tree, wait_until
 
 BIN = Path(sys.executable).parent
 

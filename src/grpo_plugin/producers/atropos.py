@@ -3,7 +3,7 @@
 A DataProducer on axolotl's protocol. Environments generate against the trainer's vLLM server (its `/generate`
 route, serve/routes.py), score the completions and post groups to the run-api; this producer registers the
 trainer there, fetches batches in the background (atropos/fetcher.py), keeps every fetched batch on disk until a
-checkpoint covers it (atropos/spool.py), tensorises them (atropos/tensorize.py) and hands axolotl *deferred*
+checkpoint covers it (atropos/spool.py), tensorises them (atropos/group_tensors.py) and hands axolotl *deferred*
 rollouts: axolotl's main thread then computes the policy logprobs with the current weights and the
 importance-sampling ratio against the environments' `inference_logprobs` (which corrects for the batch's policy
 lag), and TRL/axolotl's PPO-clip loss trains on it. The environments' scores reach axolotl's reward path
@@ -29,8 +29,8 @@ from transformers import TrainerCallback
 
 from grpo_plugin.atropos.api import AtroposAPI, AtroposError, BatchReply
 from grpo_plugin.atropos.fetcher import BatchFetcher
+from grpo_plugin.atropos.group_tensors import TensorBatch, tensorize, warm_up
 from grpo_plugin.atropos.spool import Spool
-from grpo_plugin.atropos.tensorize import TensorBatch, tensorize, warm_up
 
 
 def env_score(prompts=None, completions=None, atropos_score=None, **kwargs) -> list[float | None]:
@@ -122,7 +122,7 @@ class AtroposProducer(BaseDataProducer):
         self._saving = str(getattr(args.save_strategy, "value", args.save_strategy)) != "no"
         root = self.settings.spool_dir or str(Path(args.output_dir) / "atropos_spool")
         self.spool = Spool(root, span=span)
-        from grpo_plugin.server import Progress, wait_until
+        from grpo_plugin.server.process import Progress, wait_until
 
         if not self.api.reachable():
             waited = wait_until(self.api.reachable, self.settings.wait_timeout or 1e12,
@@ -155,7 +155,7 @@ class AtroposProducer(BaseDataProducer):
         scale = getattr(tr, "scale_rewards", "group")
         self._scale = {True: "group", False: "none"}.get(scale, scale)
         self._temperature = float(tr.temperature or 1.0)
-        from grpo_plugin.client import VLLMServerClient
+        from grpo_plugin.server.client import VLLMServerClient
 
         self._version_client = VLLMServerClient(tr.vllm_server.base_url, timeout=30)
         self.fetcher = BatchFetcher(
@@ -203,7 +203,7 @@ class AtroposProducer(BaseDataProducer):
             return [None] * len(fingerprints)
 
     def _prepare(self, seq: int, meta: dict, reply: BatchReply) -> PreparedBatch:
-        t = tensorize(reply.groups, columns=reply.columns, pad_token_id=self.trainer.pad_token_id,
+        t = tensorize(reply.groups, pad_token_id=self.trainer.pad_token_id,
                       vocab_size=self._vocab, max_len=self._max_len, scale_rewards=self._scale,
                       default_temperature=self._temperature)
         for r in t.rejections:

@@ -14,7 +14,7 @@ import torch
 from axolotl.core.trainers.grpo.async_trainer import GRPODataProducer, RolloutDataset
 from trl.data_utils import is_conversational
 
-from grpo_plugin.producers.tensorize import rollout_tensors
+from grpo_plugin.producers.completion_tensors import rollout_tensors
 
 
 class LocalRolloutProducer(GRPODataProducer):

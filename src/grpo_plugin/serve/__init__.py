@@ -12,8 +12,8 @@ import signal
 import sys
 
 from grpo_plugin.args import loaded_cfg
-from grpo_plugin.client import VLLMServerClient
-from grpo_plugin.server import Progress, ServerStartError, VLLMServerProcess, spec_from_cfg
+from grpo_plugin.server.client import VLLMServerClient
+from grpo_plugin.server.process import Progress, ServerStartError, VLLMServerProcess, spec_from_cfg
 
 
 def main(script_args) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from grpo_plugin import probe
 
 if TYPE_CHECKING:
-    from grpo_plugin.client import VLLMServerClient
+    from grpo_plugin.server.client import VLLMServerClient
 
 
 @dataclass
@@ -141,7 +141,7 @@ def explain_rpc_failure(mode: str, msg: str, otherwise: str) -> str:
 
 def extends_ours(qualname: str | None) -> bool:
     """True if the server's worker extension is ours or a subclass of it (e.g. the benchmark's)."""
-    from grpo_plugin.server import WORKER_EXTENSION
+    from grpo_plugin.server.process import WORKER_EXTENSION
 
     if qualname == WORKER_EXTENSION:
         return True
@@ -162,8 +162,8 @@ def extends_ours(qualname: str | None) -> bool:
 def require_worker_extension(client: VLLMServerClient, mode: str, purpose: str) -> None:
     """The worker extension must be there BEFORE the first call: on vLLM 0.32 a collective_rpc of a method the
     workers lack kills the engine (EngineDeadError) instead of answering an error."""
-    from grpo_plugin.client import ServerError
-    from grpo_plugin.server import WORKER_EXTENSION
+    from grpo_plugin.server.client import ServerError
+    from grpo_plugin.server.process import WORKER_EXTENSION
 
     try:
         ext = client.worker_extension()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from grpo_plugin.client import ServerError
+from grpo_plugin.server.client import ServerError
 from grpo_plugin.sync.base import SyncError, SyncResult, explain_rpc_failure
 
 

@@ -29,9 +29,9 @@ import psutil
 import torch
 from transformers import TrainerCallback
 
-from grpo_plugin.client import ServerError
 from grpo_plugin.ipc.layout import UnmappedParameterError, attach, check, views_from_layout
 from grpo_plugin.ipc.shm import map_manifest
+from grpo_plugin.server.client import ServerError
 from grpo_plugin.sync.base import (
     PrefixCacheReset,
     SyncError,

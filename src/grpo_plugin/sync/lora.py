@@ -20,7 +20,7 @@ import shutil
 import time
 from pathlib import Path
 
-from grpo_plugin.client import ServerError
+from grpo_plugin.server.client import ServerError
 from grpo_plugin.sync.base import SyncResult
 from grpo_plugin.sync.storage import SyncDir
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from grpo_plugin.client import ServerError
+from grpo_plugin.server.client import ServerError
 from grpo_plugin.sync.base import (
     PrefixCacheReset,
     SyncError,
@@ -101,7 +101,7 @@ class _ProcessRestart:
         self.client, self._server, self.timeout = client, server, timeout
 
     def apply(self, weights_dir: str) -> dict:
-        from grpo_plugin.server import Progress, ServerStartError
+        from grpo_plugin.server.process import Progress, ServerStartError
 
         server = self._server()
         if server is None:
@@ -156,7 +156,7 @@ class RestartSync:
             self.strategy = _Reload(client, rpc_timeout)
         else:
             if server is None:
-                from grpo_plugin import managed
+                from grpo_plugin.server import managed
 
                 server = managed.current
             self.strategy = _ProcessRestart(client, server, start_timeout)

@@ -19,9 +19,9 @@ sequence. Temperature per sequence: `overrides[i].temperature` > `generation_par
 `group_overrides.temperature` > the configured default. The trainer divides its logits by it, as the server did.
 
 A group that cannot be trained on is rejected as a whole with a reason naming the field and position; the other
-groups are kept. Input: the groups as Python lists, or (fast path, `columns=`) the per-token fields already as
-flat arrays, parsed straight from the run-api's reply bytes (fastjson.py). Per-group checks work on sequence
-lengths; per-token checks and the prompt/completion layout are two compiled passes (numba) over flat arrays.
+groups are kept. Input: the groups as Python lists (the run-api's reply decoded by orjson, in the fetcher's
+thread). Per-group checks work on sequence lengths; per-token checks and the prompt/completion layout are two
+compiled passes (numba) over flat arrays.
 """
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ import numpy as np
 import torch
 from numba import njit
 
-from grpo_plugin.atropos.fastjson import FIELDS, MISSING, Columns
-
 IGNORE = -100  # atroposlib's masked-label value
+FIELDS = ("tokens", "masks", "inference_logprobs", "advantages")  # the per-token fields of a group
 MASKED_LOGPROB = 1.0  # atroposlib's placeholder in inference_logprobs at masked positions
 LOGPROB_SLACK = 1e-4  # a sampled token's logprob may round slightly above 0
 
@@ -131,17 +130,6 @@ def _shape_from_lists(g) -> Shape:
     return shape
 
 
-def _shapes_from_columns(n_groups: int, cols: Columns) -> list[Shape]:
-    shapes: list[Shape] = [{} for _ in range(n_groups)]
-    for key in FIELDS:
-        counts, lens, start = cols.counts[key], cols.lengths[key], 0
-        for gi in range(n_groups):
-            c = int(counts[gi])
-            shapes[gi][key] = None if c == MISSING else lens[start:start + c]
-            start += max(c, 0)
-    return shapes
-
-
 def _structure(g, shape: Shape, max_len: int, default_temperature: float) -> str | list[float]:
     """Per-sequence temperatures, or the first reason the group's shape cannot be trained on."""
     if not isinstance(g, dict):
@@ -215,29 +203,6 @@ def _from_lists(groups: list, kept: list[int], total: int):
     if any(g.get("advantages") is not None for g in gs):
         adv = _flat([g.get("advantages") or [[0.0] * len(t) for t in g["tokens"]] for g in gs], total, np.float64)
     return tok, msk, lps, adv
-
-
-def _from_columns(cols: Columns, shapes: list[Shape], kept: list[int]):
-    out = []
-    for key in FIELDS:
-        spans, start = {}, 0
-        for gi, sh in enumerate(shapes):
-            if sh[key] is not None:
-                n = int(sh[key].sum())
-                spans[gi] = (start, start + n)
-                start += n
-        values = cols.values[key]
-        if key == "advantages" and not any(gi in spans for gi in kept):
-            out.append(None)
-            continue
-        if list(spans) == kept:  # every group that has the field is kept: the array as parsed, no copy
-            out.append(values)
-            continue
-        parts = [values[slice(*spans[gi])] if gi in spans else np.zeros(int(shapes[gi]["tokens"].sum()))
-                 for gi in kept]
-        out.append(parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else values[:0])
-    return tuple(out)
-
 
 
 @njit(cache=True, nogil=True)
@@ -332,10 +297,9 @@ class _At:
 
 
 def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int, scale_rewards: str = "group",
-              default_temperature: float = 1.0, columns: Columns | None = None) -> TensorBatch:
+              default_temperature: float = 1.0) -> TensorBatch:
     """Validate and convert one Atropos batch. Rejected groups are listed in `.rejections`; the result holds
-    the others (possibly none: `num_sequences == 0`). With `columns` (fastjson.decode), the four per-token
-    fields come from there and the groups' own entries for them are ignored."""
+    the others (possibly none: `num_sequences == 0`)."""
     if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards must be group, batch or none, got {scale_rewards!r}")
     rejections: list[Rejection] = []
@@ -345,8 +309,7 @@ def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int,
         rejections.append(Rejection(gi, reason, g.get("env_id") if isinstance(g, dict) else None))
 
     # 1. shapes, lengths, scores, temperatures: per group (numpy over its sequence lengths)
-    shapes = (_shapes_from_columns(len(groups), columns) if columns is not None
-              else [_shape_from_lists(g) for g in groups])
+    shapes = [_shape_from_lists(g) for g in groups]
     kept: list[int] = []
     temps: list[float] = []
     for gi, g in enumerate(groups):
@@ -360,13 +323,11 @@ def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int,
     # 2. the per-token fields of the kept groups as flat arrays
     def flat(idx: list[int]):
         total = int(sum(int(shapes[gi]["tokens"].sum()) for gi in idx))
-        if columns is not None:
-            return _from_columns(columns, shapes, idx)
         return _from_lists(groups, idx, total)
 
     try:
         tok, msk, lps, adv = flat(kept)
-    except (TypeError, ValueError, OverflowError):  # lists only: a non-numeric entry somewhere
+    except (TypeError, ValueError, OverflowError):  # a non-numeric entry somewhere
         good = []
         for gi in kept:
             try:
@@ -450,15 +411,10 @@ def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int,
 
 
 def warm_up() -> None:
-    """Compile (or load from numba's cache) the decoder and both kernels, on a small batch."""
-    from grpo_plugin.atropos.fastjson import decode
-
+    """Compile (or load from numba's cache) both kernels, on a small batch."""
     group = {"tokens": [[1, 2, 3]] * 2, "masks": [[-100, 2, 3]] * 2, "inference_logprobs": [[1.0, -0.5, -1e-3]] * 2,
              "advantages": [[0.0, 1.0, -1.0]] * 2, "scores": [1.0, 0.0]}
-    import json
-
-    reply, columns = decode(json.dumps({"batch": [group] * 8}).encode())
-    tensorize(reply["batch"], columns=columns, pad_token_id=0, vocab_size=8, max_len=8)
+    tensorize([group] * 8, pad_token_id=0, vocab_size=8, max_len=8)
 
 
 def _empty(rejections: list[Rejection]) -> TensorBatch:

@@ -11,9 +11,12 @@ would kill vLLM 0.32's engine, which axolotl's route does not do either).
 
 from __future__ import annotations
 
-from axolotl.scripts.vllm_worker_ext import BatchWeightSyncWorkerExtension
-
 from grpo_plugin.serve.worker_ext import GRPOWorkerExtension
+
+try:  # axolotl <= 0.19; gone in 0.21, whose full-weight sync is NCCL only (restart.py then skips this side)
+    from axolotl.scripts.vllm_worker_ext import BatchWeightSyncWorkerExtension
+except ImportError:
+    BatchWeightSyncWorkerExtension = object
 
 
 class BenchWorkerExtension(GRPOWorkerExtension, BatchWeightSyncWorkerExtension):

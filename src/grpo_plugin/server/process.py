@@ -325,7 +325,7 @@ class VLLMServerProcess:
 def launch(spec: ServerSpec, log_path: str | Path | None = None, timeout: float = 300.0,
            client_timeout: float = 120.0):
     """Start a server and wait for its /health: (server, client). A server that never gets healthy is stopped."""
-    from grpo_plugin.client import VLLMServerClient
+    from grpo_plugin.server.client import VLLMServerClient
 
     server = VLLMServerProcess(spec, log_path=log_path)
     server.start()

@@ -1,11 +1,11 @@
-"""Atropos batch → training tensors: ours (atropos/tensorize.py, validating) vs Atropos' example trainer
+"""Atropos batch → training tensors: ours (atropos/group_tensors.py, validating) vs Atropos' example trainer
 (`example_trainer.data.pad_data_to_good_offset`), on the same batches.
 
     python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--repeats 5] [--spool DIR] [--json]
 
 Two comparisons, both ending with every tensor the loss needs: from the Python lists `/batch` decodes to, and
-from the reply's bytes (what each trainer really receives: ours decodes the per-token fields straight into
-arrays, atropos/fastjson.py; the example trainer calls requests' `.json()`). The example trainer mutates its
+from the reply's bytes (what each trainer really receives: ours decodes with orjson in the fetcher's thread,
+atropos/api.py; the example trainer calls requests' `.json()`). The example trainer mutates its
 input, so each of its runs gets a fresh deep copy, made outside the timed region. Shapes:
 synthetic batches with the token/mask/logprob layout the environments send (prompt then completion, masks -100
 on the prompt, inference_logprobs 1.0 there), sized like the CPU quickstart, a GSM8K run and a long-reasoning
@@ -52,14 +52,14 @@ def synthetic_batch(groups: int, size: int, prompt: int, completion: int, seed: 
 
 def recorded_batches(spool: Path) -> list[list[dict]]:
     """The batches a real run left in its spool (pending/ and consumed/): the run-api's reply bytes as received."""
-    from grpo_plugin.atropos.fastjson import loads
+    from grpo_plugin.atropos.api import parse_batch
 
     found = []
     for path in sorted(Path(spool).rglob("*.batch")):
         body = path.read_bytes().partition(b"\n")[2]
-        batch = loads(body).get("batch") if body else None
-        if batch:
-            found.append(batch)
+        reply = parse_batch(body) if body else None
+        if reply is not None and reply.groups:
+            found.append(reply.groups)
     return found
 
 
@@ -77,7 +77,7 @@ def bench_one(batch: list[dict], repeats: int) -> dict:
     from example_trainer.data import pad_data_to_good_offset
 
     from grpo_plugin.atropos.api import parse_batch
-    from grpo_plugin.atropos.tensorize import tensorize, warm_up
+    from grpo_plugin.atropos.group_tensors import tensorize, warm_up
 
     warm_up()
 
@@ -88,26 +88,25 @@ def bench_one(batch: list[dict], repeats: int) -> dict:
     assert not out.rejections and out.num_sequences == n_seq
     theirs = _time(lambda data: pad_data_to_good_offset(data, n_seq), repeats,
                    setup=lambda: {"batch": copy.deepcopy(batch)})
-    # from the /batch reply's bytes, as the run-api sends them (starlette: compact JSON): ours as the producer
-    # does it (api.parse_batch: the compiled decoder + orjson for the rest), the example trainer with requests'
+    # from the /batch reply's bytes, as the run-api sends them (starlette: compact JSON): ours as the fetcher
+    # does it (api.parse_batch: orjson, then the validating tensorisation), the example trainer with requests'
     # `.json()` (the standard json module) and pad_data_to_good_offset
     raw = json.dumps({"batch": batch}, separators=(",", ":")).encode()
 
     def ours_from_reply(_):
-        reply = parse_batch(raw)
-        return tensorize(reply.groups, columns=reply.columns, pad_token_id=0, vocab_size=VOCAB + 1,
-                         max_len=10 ** 6)
+        return tensorize(parse_batch(raw).groups, pad_token_id=0, vocab_size=VOCAB + 1, max_len=10 ** 6)
 
     check = ours_from_reply(None)
     assert not check.rejections and torch.equal(check.completion_ids, out.completion_ids)
     ours_raw = _time(ours_from_reply, repeats)
+    decode_only = _time(lambda _: parse_batch(raw), repeats)
     theirs_raw = _time(lambda _: pad_data_to_good_offset(json.loads(raw), n_seq), repeats)
     o, t = statistics.median(ours), statistics.median(theirs)
     orr, tr = statistics.median(ours_raw), statistics.median(theirs_raw)
     return {"sequences": n_seq, "tokens": n_tok, "reply_mb": round(len(raw) / 1e6, 2),
             "ours_ms": round(o, 3), "example_trainer_ms": round(t, 3), "speedup": round(t / o, 1),
             "ours_from_reply_ms": round(orr, 3), "example_trainer_from_reply_ms": round(tr, 3),
-            "speedup_from_reply": round(tr / orr, 1)}
+            "speedup_from_reply": round(tr / orr, 1), "decode_ms": round(statistics.median(decode_only), 3)}
 
 
 def run(shapes: list[str], repeats: int, spool: str | None = None) -> dict:
@@ -128,8 +127,8 @@ def run(shapes: list[str], repeats: int, spool: str | None = None) -> dict:
 
 
 def report(out: dict) -> None:
-    print(f"Atropos batch -> tensors · median of {out['repeats']} runs · ours (validating, atropos/tensorize.py) vs "
-          "example_trainer.data.pad_data_to_good_offset")
+    print(f"Atropos batch -> tensors · median of {out['repeats']} runs · ours (validating, "
+          "atropos/group_tensors.py) vs example_trainer.data.pad_data_to_good_offset")
     print(f"  {'batch':26s} {'seqs':>5s} {'tokens':>8s} | {'lists -> tensors (ms)':^28s} | "
           f"{'reply bytes -> tensors (ms)':^28s}")
     cols = f"{'ours':>8s} {'example':>9s} {'x':>8s}"
@@ -138,4 +137,5 @@ def report(out: dict) -> None:
         lists = f"{r['ours_ms']:8.2f} {r['example_trainer_ms']:9.2f} {r['speedup']:7.1f}x"
         reply = (f"{r['ours_from_reply_ms']:8.2f} {r['example_trainer_from_reply_ms']:9.2f} "
                  f"{r['speedup_from_reply']:7.1f}x")
-        print(f"  {name:26s} {r['sequences']:5d} {r['tokens']:8.0f} | {lists} | {reply}")
+        print(f"  {name:26s} {r['sequences']:5d} {r['tokens']:8.0f} | {lists} | {reply}  "
+              f"(decoding {r['decode_ms']:.2f} ms)")

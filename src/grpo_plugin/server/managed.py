@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from grpo_plugin.server import VLLMServerProcess, spec_from_cfg
+from grpo_plugin.server.process import VLLMServerProcess, spec_from_cfg
 
 _SERVER: VLLMServerProcess | None = None
 

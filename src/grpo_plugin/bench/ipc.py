@@ -28,14 +28,15 @@ from types import SimpleNamespace
 
 import psutil
 
+from grpo_plugin.bench.common import CONCURRENCY, decode, free_port, pct, perturb, probe_token_ids, scratch
+
 ns = SimpleNamespace
 
 
 def _server(model_dir: str, tmp: Path, name: str, **spec):
-    from grpo_plugin.bench import _free_port
-    from grpo_plugin.server import ServerSpec, launch
+    from grpo_plugin.server.process import ServerSpec, launch
 
-    spec = ServerSpec(model=model_dir, port=_free_port(), dtype="float32", max_model_len=512,
+    spec = ServerSpec(model=model_dir, port=free_port(), dtype="float32", max_model_len=512,
                       **{"enable_lora": False, "enforce_eager": True, **spec})
     return launch(spec, tmp / f"vllm-{name}.log", timeout=900, client_timeout=600)
 
@@ -67,9 +68,8 @@ def _tree(pid: int) -> list[int]:
 
 
 def _stats(values: list[float], diffs: list[float]) -> dict:
-    from grpo_plugin.bench import _pct
 
-    return {"median_ms": round(statistics.median(values), 2), "p90_ms": round(_pct(values, 0.9), 2),
+    return {"median_ms": round(statistics.median(values), 2), "p90_ms": round(pct(values, 0.9), 2),
             "max_logprob_diff": max(diffs), "verified": all(d <= 1e-4 for d in diffs), "n": len(values)}
 
 
@@ -87,18 +87,17 @@ def _load(model_dir: str):
 
 def pause_ipc(client, model_dir: str, repeats: int, fence: str) -> dict:
     """The write happens inside the fence (as optimizer.step() does); the pause is the fencing time."""
-    from grpo_plugin.bench import _perturb, _probe_ids
     from grpo_plugin.sync import ProbeVerifier
     from grpo_plugin.sync.ipc import IpcSync
 
     model = _load(model_dir)
     sync = IpcSync(client, fence=fence)
     sync.prepare(_trainer(model))
-    verifier = ProbeVerifier(client, _probe_ids(model_dir), tolerance=1e-4, mode="ipc")
+    verifier = ProbeVerifier(client, probe_token_ids(model_dir), tolerance=1e-4, mode="ipc")
     ms, diffs = [], []
     for i in range(repeats + 1):
         sync.before_step()
-        _perturb(model, seed=i, scale=0.01)
+        perturb(model, seed=i, scale=0.01)
         sync.after_step()
         result = sync.push(i)
         diff, _ = verifier.measure(model, sync.generation_model)
@@ -112,14 +111,13 @@ def pause_ipc(client, model_dir: str, repeats: int, fence: str) -> dict:
 
 
 def pause_push(sync, model, client, model_dir: str, repeats: int, only: str = "") -> dict:
-    from grpo_plugin.bench import _perturb, _probe_ids
     from grpo_plugin.sync import ProbeVerifier
 
     sync.prepare(_trainer(model))
-    verifier = ProbeVerifier(client, _probe_ids(model_dir), tolerance=1e-4, mode=sync.mode)
+    verifier = ProbeVerifier(client, probe_token_ids(model_dir), tolerance=1e-4, mode=sync.mode)
     ms, diffs = [], []
     for i in range(repeats + 1):
-        _perturb(model, seed=i, scale=0.01, only=only)
+        perturb(model, seed=i, scale=0.01, only=only)
         t0 = time.perf_counter()
         sync.push(i)
         pause = (time.perf_counter() - t0) * 1e3
@@ -131,41 +129,10 @@ def pause_push(sync, model, client, model_dir: str, repeats: int, only: str = ""
     return _stats(ms, diffs)
 
 
-CONCURRENCY = (8, 32, 64)  # sequences decoded at once (a GRPO rollout: prompts x num_generations)
-
-
-def decode_prompts(model_dir: str, n: int) -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    return [tok(f"prompt {i}: the numbers are {i * 7} and", add_special_tokens=False)["input_ids"] for i in range(n)]
-
-
-def decode(client, model_dir: str) -> dict:
-    ids = decode_prompts(model_dir, max(CONCURRENCY))
-    return {str(n): decode_tps(client, ids[:n]) for n in CONCURRENCY}
-
-
-def decode_tps(client, ids: list[list[int]], repeats: int = 3, tokens: int = 64, model: str | None = None) -> float:
-    """Best of `repeats` greedy decodes of `tokens` new tokens for every prompt at once, in tokens/s, with
-    `model` (default: the base model; a LoRA adapter's name decodes through that adapter)."""
-    model = model or client.base_model()
-    client.generate(ids, model=model, n=1, max_tokens=8, temperature=0.0)  # warm-up
-    best = 0.0
-    for _ in range(repeats):
-        client.reset_prefix_cache()
-        t0 = time.perf_counter()
-        out = client.generate(ids, model=model, n=1, max_tokens=tokens, temperature=0.0,
-                              extra={"ignore_eos": True})
-        secs = time.perf_counter() - t0
-        best = max(best, sum(len(c[0].token_ids) for c in out) / secs)
-    return round(best, 1)
-
-
 def memory(mode: str, model_dir: str, base_url: str, server_pid: int) -> dict:
     """In a fresh trainer process: attach (ipc) or load + push (restart), 2 AdamW steps with real backward,
     then the summed PSS of this process and the server's tree."""
-    out = subprocess.run([sys.executable, "-m", "grpo_plugin.bench_ipc", "_memory", mode, model_dir, base_url,
+    out = subprocess.run([sys.executable, "-m", "grpo_plugin.bench.ipc", "_memory", mode, model_dir, base_url,
                           str(server_pid)], capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(f"memory phase ({mode}) failed:\n{out.stderr[-3000:]}")
@@ -177,8 +144,7 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: int) -> 
 
     import torch
 
-    from grpo_plugin.bench import _probe_ids
-    from grpo_plugin.client import VLLMServerClient
+    from grpo_plugin.server.client import VLLMServerClient
     from grpo_plugin.sync import ProbeVerifier
 
     client = VLLMServerClient(base_url, timeout=600)
@@ -195,7 +161,7 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: int) -> 
     sync.prepare(trainer)
     model = trainer.model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    probe_ids = _probe_ids(model_dir)
+    probe_ids = probe_token_ids(model_dir)
     ids = torch.tensor([probe_ids * 4])
     verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode=sync.mode)
     diffs = []
@@ -228,7 +194,6 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: int) -> 
 def run(sizes: list[str], repeats: int, compiled: bool = True) -> dict:
     from peft import LoraConfig, get_peft_model
 
-    from grpo_plugin.bench import scratch
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.sync.restart import RestartSync
     from grpo_plugin.tiny import MODEL_SIZES, build_model

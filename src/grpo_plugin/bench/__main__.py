@@ -1,0 +1,67 @@
+"""Benchmarks that print figures (never timed tests), one module each, every one against the real alternative in
+ONE run on the same machine:
+
+    python -m grpo_plugin.bench sync --mode lora_sync [--model DIR] [--repeats 30] [--json]     (bench/lora.py)
+    python -m grpo_plugin.bench sync --mode restart [--sizes tiny,100m] [--repeats 20] [--json] (bench/restart.py)
+    python -m grpo_plugin.bench ipc [--sizes tiny,100m] [--repeats 20] [--eager-only] [--json]  (bench/ipc.py)
+    python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--spool DIR] [--json] (bench/atropos.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m grpo_plugin.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("sync", help="sync pause: ours vs axolotl's built-in")
+    s.add_argument("--mode", default="lora_sync", choices=["lora_sync", "restart"])
+    s.add_argument("--model", default=None, help="lora_sync: model dir (default: build the tiny model)")
+    s.add_argument("--sizes", default="tiny,100m", help="restart: model sizes to build (tiny, 100m)")
+    s.add_argument("--process-repeats", type=int, default=3, help="restart: process restarts per model")
+    s.add_argument("--axolotl-repeats", type=int, default=2, help="restart: axolotl HTTP syncs per model")
+    s.add_argument("--repeats", type=int, default=30, help="pushes per measured sync (restart: reloads)")
+    s.add_argument("--lora-r", type=int, default=16)
+    s.add_argument("--port", type=int, default=None)
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    i = sub.add_parser("ipc", help="ipc vs restart vs lora_sync: sync pause, memory (PSS), decode throughput")
+    i.add_argument("--sizes", default="tiny,100m", help="model sizes to build (tiny, 100m)")
+    i.add_argument("--repeats", type=int, default=20, help="syncs per mode and model")
+    i.add_argument("--eager-only", action="store_true", help="skip the torch.compile'd servers")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
+    a = sub.add_parser("atropos", help="Atropos batch -> tensors: ours vs the Atropos example trainer")
+    a.add_argument("--shapes", default="quickstart,gsm8k,long", help="synthetic batch shapes")
+    a.add_argument("--repeats", type=int, default=5)
+    a.add_argument("--spool", default=None, help="also time the batches recorded in this atropos_spool dir")
+    a.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+    if args.cmd == "atropos":
+        from grpo_plugin.bench import atropos as bench
+
+        out = bench.run([x for x in args.shapes.split(",") if x], args.repeats, args.spool)
+    elif args.cmd == "ipc":
+        from grpo_plugin.bench import ipc as bench
+
+        out = bench.run([x for x in args.sizes.split(",") if x], args.repeats, compiled=not args.eager_only)
+    elif args.mode == "restart":
+        from grpo_plugin.bench import restart as bench
+
+        out = bench.run([x for x in args.sizes.split(",") if x], args.repeats, args.process_repeats,
+                        args.axolotl_repeats, args.port)
+    else:
+        from grpo_plugin.bench import lora as bench
+
+        out = bench.run(args.mode, args.model, args.repeats, args.lora_r, args.port)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        bench.report(out)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
