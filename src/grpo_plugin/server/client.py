@@ -1,8 +1,8 @@
 """HTTP client for the stock vLLM OpenAI server our serve module runs.
 
 Only vLLM's own endpoints are used: `/health`, `/v1/models`, `/v1/completions` (token-id prompts, sampled
-token ids + logprobs, prompt logprobs for the sync probe), `/v1/load_lora_adapter` (runtime LoRA,
-`load_inplace`), `/reset_prefix_cache` and `/collective_rpc` (dev mode; the worker extension's reload).
+token ids + logprobs, prompt logprobs for the sync probe), `/v1/load_lora_adapter` and
+`/v1/unload_lora_adapter` (runtime LoRA), `/reset_prefix_cache` and `/collective_rpc` (dev mode; the worker extension's reload).
 Every unexpected reply raises `ServerError` naming the
 endpoint, the HTTP status and the server's message.
 """
@@ -177,7 +177,7 @@ class VLLMServerClient:
         return out
 
     # -- weight sync ----------------------------------------------------------------------------
-    def load_lora_adapter(self, name: str, path: str, *, inplace: bool = True) -> None:
+    def load_lora_adapter(self, name: str, path: str, *, inplace: bool = False) -> None:
         self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path, "load_inplace": inplace})
 
     def unload_lora_adapter(self, name: str, *, timeout: float | None = None) -> None:
