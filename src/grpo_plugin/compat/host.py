@@ -20,7 +20,7 @@ class UnsupportedHostError(RuntimeError):
     pass
 
 
-def _version(dist: str) -> str | None:
+def installed_version(dist: str) -> str | None:
     try:
         return md.version(dist)
     except md.PackageNotFoundError:
@@ -29,8 +29,8 @@ def _version(dist: str) -> str | None:
 
 def check_host_versions(axolotl: str | None = None, trl: str | None = None) -> Stack:
     """The supported stack the installed (or given) axolotl and TRL belong to; a clear error otherwise."""
-    axolotl = axolotl or _version("axolotl")
-    trl = trl or _version("trl")
+    axolotl = axolotl or installed_version("axolotl")
+    trl = trl or installed_version("trl")
     found = stack_for(axolotl, trl) if axolotl and trl else None
     if found is None:
         supported = "; ".join(f"{s.name}: axolotl {s.axolotl} with trl {s.trl} (Python {s.python})"

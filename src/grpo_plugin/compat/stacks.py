@@ -12,8 +12,6 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-DEFAULT_STACK = "current"
-
 
 @dataclass(frozen=True)
 class VllmPlan:

@@ -1,10 +1,9 @@
 """HTTP client for the stock vLLM OpenAI server our serve module runs.
 
 Only vLLM's own endpoints are used: `/health`, `/v1/models`, `/v1/completions` (token-id prompts, sampled
-token ids + logprobs, prompt logprobs for the sync probe), `/v1/load_lora_adapter` and
-`/v1/unload_lora_adapter` (runtime LoRA), `/reset_prefix_cache` and `/collective_rpc` (dev mode; the worker extension's reload).
-Every unexpected reply raises `ServerError` naming the
-endpoint, the HTTP status and the server's message.
+token ids + logprobs, prompt logprobs for the sync probe), `/v1/load_lora_adapter` and `/v1/unload_lora_adapter`
+(runtime LoRA), `/reset_prefix_cache` and `/collective_rpc` (dev mode; the worker extension's reload). Every
+unexpected reply raises `ServerError` naming the endpoint, the HTTP status and the server's message.
 """
 
 from __future__ import annotations
