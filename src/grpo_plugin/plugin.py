@@ -81,6 +81,12 @@ class GRPOPlugin(BasePlugin):
 
             managed.start(cfg)
 
+    def post_trainer_create(self, cfg, trainer) -> None:
+        # Runs just before axolotl picks the checkpoint to resume from: make it the newest COMPLETE one.
+        from grpo_plugin.checkpoints import settle_resume
+
+        settle_resume(cfg, rank=int(os.environ.get("RANK", "0")))
+
     def post_train_unload(self, cfg) -> None:
         from grpo_plugin.server import managed
 

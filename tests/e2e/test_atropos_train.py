@@ -17,6 +17,7 @@ import pytest
 import requests
 import yaml
 
+from grpo_plugin.checkpoints import is_complete
 from tests.conftest import ROOT, free_port
 from tests.e2e.test_axolotl_train import env, gone
 
@@ -151,7 +152,8 @@ def test_killed_run_resumes_without_losing_or_repeating_a_batch_and_rejects_a_ma
             os.killpg(run1.pid, signal.SIGINT)
             run1.wait(timeout=180)
     run1_recs = [json.loads(x) for x in metrics.read_text().splitlines()]
-    checkpoints = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    # the kill may land while a checkpoint is being written: run 2 resumes from the newest COMPLETE one
+    checkpoints = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if is_complete(p))
     assert checkpoints and checkpoints[-1] < len(run1_recs) + 1, (checkpoints, len(run1_recs))
     resumed_at = checkpoints[-1]
     spooled = sorted(p.name for p in (out / "atropos_spool").rglob("*.batch"))
