@@ -127,7 +127,19 @@ class GRPOSettings(BaseModel):
         description="`axolotl train` starts the vLLM server itself (same config) and stops it at exit.",
     )
     server_timeout: float = Field(
-        default=600.0, gt=0, description="Seconds to wait for the vLLM server to become healthy."
+        default=600.0, gt=0, description="Seconds to wait for the vLLM server to become healthy (at start, and "
+        "for an unmanaged server to come back after it was lost)."
+    )
+    server_restarts: int = Field(
+        default=3, ge=0, description="Managed server: how many times a lost (crashed or hung) server is restarted "
+        "within server_restart_window before the run saves a checkpoint and stops. 0: never."
+    )
+    server_restart_window: float = Field(
+        default=1800.0, gt=0, description="Seconds over which server_restarts is counted."
+    )
+    server_hang_timeout: float = Field(
+        default=60.0, gt=0, description="A server that leaves /health unanswered this many seconds while a "
+        "request is in flight counts as hung (lost) and is recovered like a crashed one."
     )
     server_log: str | None = Field(
         default=None,

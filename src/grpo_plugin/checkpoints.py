@@ -1,4 +1,4 @@
-"""Which checkpoint a run resumes from: the newest COMPLETE one.
+"""Checkpoints: which one a run resumes from (the newest COMPLETE one), and the save made when a run must stop.
 
 transformers writes a checkpoint's files one after another and `trainer_state.json` last. A trainer killed
 while saving (SIGKILL, the kernel's OOM killer, a lost node) leaves a `checkpoint-N` directory without it, and
@@ -100,3 +100,27 @@ def settle_resume(cfg, rank: int = 0) -> str | None:
         # nothing complete to resume from: stop axolotl's auto-resume from picking the incomplete one
         cfg["auto_resume_from_checkpoints"] = False
     return plan.resume_from
+
+
+def save_after_failure(trainer) -> str:
+    """A run that cannot go on (its vLLM server lost for good) saves what it trained: weights, optimizer,
+    scheduler, RNG and trainer state into output_dir/checkpoint-<step>, as axolotl's periodic checkpoints do.
+    Returns the message saying where and how to resume (or why nothing was saved)."""
+    step = trainer.state.global_step
+    if step == 0:
+        return "Nothing was trained yet (step 0): nothing to save."
+    if trainer.accelerator.num_processes > 1:
+        return ("With several trainer processes the run is not saved here: resume from the last periodic "
+                "checkpoint (`save_steps`) with `auto_resume_from_checkpoints: true`.")
+    path = Path(trainer.args.output_dir) / f"checkpoint-{step}"
+    try:
+        trainer._save_checkpoint(trainer.model, trial=None)
+        # what a periodic save triggers too (e.g. the Atropos spool releases the batches it covers)
+        trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+    except Exception as exc:  # the original error is the one to report; say the save failed too
+        return f"Saving step {step} to {path} failed as well: {type(exc).__name__}: {exc}"
+    LOG.warning("grpo_plugin: saved step %d to %s before stopping", step, path)
+    return (f"Nothing trained is lost: step {step} (weights, optimizer and trainer state) was saved to {path}. "
+            f"To continue, bring the vLLM server back and run `axolotl train` again with "
+            f"`resume_from_checkpoint: {path}` (or `auto_resume_from_checkpoints: true`); the resumed run "
+            "pushes these weights to the server and verifies them before its first rollout.")

@@ -31,11 +31,13 @@ from axolotl.core.trainers.grpo.trainer import AxolotlAsyncGRPOTrainer
 from transformers import TrainerCallback
 
 from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, current_settings, loaded_cfg
+from grpo_plugin.checkpoints import save_after_failure
 from grpo_plugin.compat.host import host
 from grpo_plugin.metrics import MetricsWriter, listening_pid, rss_mb, summarize
 from grpo_plugin.producers.local import LocalRolloutProducer
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.process import Progress, wait_until
+from grpo_plugin.server.recovery import ServerGuard, ServerUnrecoverable
 from grpo_plugin.sync import ProbeVerifier, SyncResult, build_weight_sync
 
 
@@ -105,6 +107,14 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self._closed = False
         with _without_trl_server_client():
             super().__init__(*args, **kwargs)
+        self.guard = ServerGuard(
+            self.vllm_server, restore=self._restore_weights, step=lambda: self.state.global_step,
+            max_restarts=self.grpo.server_restarts, restart_window_s=self.grpo.server_restart_window,
+            hang_timeout_s=self.grpo.server_hang_timeout, wait_timeout_s=self.grpo.server_timeout,
+            starts_itself=bool(getattr(self.weight_sync, "starts_server", False)),
+            # one process restores the weights; with several ranks a lost server ends the run (checkpoints)
+            enabled=self.accelerator.num_processes == 1)
+        self._outages_seen = 0
 
         tok = self.processing_class
         # axolotl 0.19's deferred scoring reads these (0.21 asks its tokenizer); TRL no longer sets them.
@@ -175,20 +185,38 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             return
         result = None
         if self.accelerator.is_main_process:  # one push per sync, whatever the number of ranks
-            model = self.accelerator.unwrap_model(self.model)
-            if last is None and not self.weight_sync.needs_initial_push:
-                result = self._initial_check(model, step)
-            if result is None:
-                result = self.weight_sync.push(step)
-                if self.grpo.verify_sync:
-                    self.verifier.verify(model, self.weight_sync.generation_model, result)
-            if self.grpo.atropos is not None and not result.pushed:
-                # verified, not pushed: the server already computes with these weights; a push announces its
-                # version inside the sync fence instead
-                self.vllm_server.set_policy(step, self.weight_sync.generation_model)
+            # a server lost during the push is brought back by the guard, whose restore IS this push
+            result = self.guard.run("weight push", lambda: self._sync_now(step, last), redo=False)
         self.accelerator.wait_for_everyone()  # no rank generates before the push is done and verified
         self._synced_version = step
         self._pending_sync = result
+
+    def _sync_now(self, step: int, last: int | None) -> SyncResult:
+        model = self.accelerator.unwrap_model(self.model)
+        result = None
+        if last is None and not self.weight_sync.needs_initial_push:
+            result = self._initial_check(model, step)
+        if result is None:
+            result = self.weight_sync.push(step)
+            if self.grpo.verify_sync:
+                self.verifier.verify(model, self.weight_sync.generation_model, result)
+        if self.grpo.atropos is not None and not result.pushed:
+            # verified, not pushed: the server already computes with these weights; a push announces its
+            # version inside the sync fence instead
+            self.vllm_server.set_policy(step, self.weight_sync.generation_model)
+        return result
+
+    def _restore_weights(self) -> SyncResult:
+        """After the server was lost and replaced (server/recovery.py): put the trainer's CURRENT weights on it
+        and verify them with the probe (always, whatever verify_sync says: a recovered run must be provably on
+        the trained weights)."""
+        step = self.state.global_step
+        self.weight_sync.server_restarted()
+        result = self.weight_sync.push(step)
+        self.verifier.verify(self.accelerator.unwrap_model(self.model), self.weight_sync.generation_model, result)
+        self._synced_version = step
+        self._pending_sync = result
+        return result
 
     def _initial_check(self, model, step: int) -> SyncResult | None:
         """The server started on the trainer's initial weights: verify instead of pushing. None (push) if the
@@ -196,6 +224,13 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         result = self.verifier.measure_into(model, self.weight_sync.generation_model,
                                             SyncResult(step=step, sync_ms=0.0, pushed=False))
         return result if result.logprob_diff <= self.verify_tolerance else None
+
+    # ---- nothing trained is lost ------------------------------------------------------------------
+    def train(self, *args, **kwargs):
+        try:
+            return super().train(*args, **kwargs)
+        except ServerUnrecoverable as exc:
+            raise ServerUnrecoverable(f"{exc}\n\n{save_after_failure(self)}") from exc
 
     def close_sync(self) -> None:
         if not self._closed:
@@ -326,6 +361,12 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             "verify_ms": round(sync.verify_ms, 3) if sync else 0.0,
             "sync_pushed": bool(sync and sync.pushed),
         }
+        outages = self.guard.take_outages(self._outages_seen)
+        self._outages_seen += len(outages)
+        rec["server_outages"] = len(outages)
+        rec["server_down_s"] = round(sum(o["down_s"] for o in outages), 3)
+        if outages:
+            rec["server_outage_detail"] = outages
         rec.update(self._pending_rollout_info)  # Atropos: policy_lag from the ledger, batch, rejected groups
         self._pending_sync, self._pending_rollout_ms, self._step_losses = None, 0.0, []
         self._pending_rollout_info = {}

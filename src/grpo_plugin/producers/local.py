@@ -49,7 +49,9 @@ class LocalRolloutProducer(GRPODataProducer):
         unique = [list(p) for p in prompt_ids[::g]]
 
         t0 = time.perf_counter()
-        groups = self.client.generate(
+        # through the trainer's ServerGuard: a lost server is brought back with the current weights, and the
+        # rollout is generated again (the model name is read again: a new adapter version after a restore)
+        groups = trainer.guard.run("rollout", lambda: self.client.generate(
             unique,
             model=self.weight_sync.generation_model,
             n=g,
@@ -59,7 +61,7 @@ class LocalRolloutProducer(GRPODataProducer):
             top_k=trainer.top_k if trainer.top_k and trainer.top_k > 0 else None,
             min_p=trainer.min_p,
             repetition_penalty=trainer.repetition_penalty,
-        )
+        ))
         rollout_ms = (time.perf_counter() - t0) * 1e3
         completions_flat = [c for group in groups for c in group]
         completion_ids = [c.token_ids for c in completions_flat]

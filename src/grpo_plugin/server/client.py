@@ -9,6 +9,9 @@ unexpected reply raises `ServerError` naming the endpoint, the HTTP status and t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +20,10 @@ import requests
 
 class ServerError(RuntimeError):
     """The vLLM server answered something we cannot use (or did not answer)."""
+
+
+class ServerLost(ServerError):
+    """The server stopped answering while a request was in flight (its process exited, or it hung)."""
 
 
 @dataclass
@@ -34,16 +41,38 @@ def _token_id(token: str) -> int:
 
 
 class VLLMServerClient:
+    """`watch`: optional liveness check, called every `watch_every` seconds while a request is in flight; a
+    reason (str) it returns ends the wait with ServerLost, so a hung server is noticed long before the request's
+    own timeout. The abandoned request finishes in its thread when the server answers or is stopped."""
+
     def __init__(self, base_url: str, timeout: float = 300.0):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.session = requests.Session()
+        self.watch: Callable[[], str | None] | None = None
+        self.watch_every = 2.0
+        self.health_timeout = 5.0
+        self._pool: ThreadPoolExecutor | None = None
 
     # -- plumbing -------------------------------------------------------------------------------
-    def _post(self, path: str, payload: dict[str, Any], timeout: float | None = None) -> requests.Response:
+    def _send(self, path: str, payload: dict[str, Any], timeout: float) -> requests.Response:
         url = f"{self.base_url}{path}"
+        if self.watch is None:
+            return self.session.post(url, json=payload, timeout=timeout)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="grpo-client")
+        pending = self._pool.submit(self.session.post, url, json=payload, timeout=timeout)
+        while True:
+            try:
+                return pending.result(timeout=self.watch_every)
+            except FutureTimeout:
+                why = self.watch()
+                if why:
+                    raise ServerLost(f"POST {path} to the vLLM server at {self.base_url}: {why}") from None
+
+    def _post(self, path: str, payload: dict[str, Any], timeout: float | None = None) -> requests.Response:
         try:
-            resp = self.session.post(url, json=payload, timeout=timeout or self.timeout)
+            resp = self._send(path, payload, timeout or self.timeout)
         except requests.RequestException as exc:
             raise ServerError(f"POST {path} to the vLLM server at {self.base_url} failed: {exc}") from exc
         if resp.status_code != 200:
@@ -68,7 +97,7 @@ class VLLMServerClient:
     # -- health / models ------------------------------------------------------------------------
     def healthy(self) -> bool:
         try:
-            return self.session.get(f"{self.base_url}/health", timeout=5).status_code == 200
+            return self.session.get(f"{self.base_url}/health", timeout=self.health_timeout).status_code == 200
         except requests.RequestException:
             return False
 
@@ -185,7 +214,7 @@ class VLLMServerClient:
     def reset_prefix_cache(self) -> None:
         """vLLM answers HTTP 200 with `{"success": false}` when running requests still hold KV blocks (e.g. an
         Atropos environment generating during a sync): that is a failed reset, and old KV could be reused."""
-        resp = self._post("/reset_prefix_cache", {})
+        resp = self._post("/reset_prefix_cache", {}, timeout=min(self.timeout, 60.0))  # milliseconds when healthy
         body = self._json(resp, "/reset_prefix_cache") if resp.content else {}
         if isinstance(body, dict) and body.get("success") is False:
             raise ServerError("POST /reset_prefix_cache -> success: false: requests were still running on the "

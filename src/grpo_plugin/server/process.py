@@ -199,7 +199,10 @@ def wait_until(healthy: Callable[[], bool], timeout: float, progress: Progress,
 
 
 def process_tree(proc: subprocess.Popen) -> list[psutil.Process]:
-    """The process we started and all its living descendants (empty once it is gone)."""
+    """The process we started and all its living descendants (empty once it has exited: its PID may then
+    belong to someone else)."""
+    if proc.poll() is not None:
+        return []
     try:
         root = psutil.Process(proc.pid)
         return [root, *root.children(recursive=True)]
@@ -207,16 +210,21 @@ def process_tree(proc: subprocess.Popen) -> list[psutil.Process]:
         return []
 
 
-def stop_tree(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+def stop_tree(proc: subprocess.Popen, timeout: float = 30.0, known: list[psutil.Process] = ()) -> None:
     """Stop a process WE started in its own session (start_new_session=True): SIGTERM its process group and
-    every descendant recorded from its PID, SIGKILL what is left after `timeout`. Nothing else is signalled."""
-    procs = process_tree(proc)
+    every descendant recorded from its PID, SIGKILL what is left after `timeout`. `known`: descendants recorded
+    earlier (the workers of a server whose main process was killed; psutil refuses to signal a PID reused since).
+    Nothing else is signalled."""
+    procs = {p.pid: p for p in [*known, *process_tree(proc)]}
+    procs = [p for p in procs.values() if p.is_running()]
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGTERM)  # the group we created with start_new_session
+            os.killpg(proc.pid, signal.SIGCONT)  # a stopped (hung) server handles its SIGTERM only once continued
     for p in procs:
         with contextlib.suppress(psutil.Error):
             p.terminate()
+            p.resume()
     _, alive = psutil.wait_procs(procs, timeout=timeout)
     for p in alive:
         with contextlib.suppress(psutil.Error):
@@ -235,6 +243,7 @@ class VLLMServerProcess:
         self.proc: subprocess.Popen | None = None
         self._log_file = None
         self.ipc_dir = None  # SyncDir holding the shared weight file (grpo.sync: ipc)
+        self._known: list[psutil.Process] = []
 
     @property
     def pid(self) -> int | None:
@@ -301,6 +310,7 @@ class VLLMServerProcess:
         waited = wait_until(healthy, timeout, progress or Progress(f"starting vLLM on {self.spec.base_url}"),
                             lambda t: "loading model" if t < 20 else "loading model / warming up",
                             ready=f"ready (pid {self.pid})", check=alive)
+        self._known = self.tree()  # its workers, to stop even if the main process is killed first
         if waited is None:
             self.stop()
             raise ServerStartError(
@@ -313,7 +323,8 @@ class VLLMServerProcess:
         """SIGTERM our process group and recorded descendants; SIGKILL what is left after `timeout`."""
         if self.proc is None:
             return
-        stop_tree(self.proc, timeout)
+        stop_tree(self.proc, timeout, known=self._known)
+        self._known = []
         if self._log_file:
             self._log_file.close()
             self._log_file = None

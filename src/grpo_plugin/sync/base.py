@@ -2,6 +2,7 @@
 
 The trainer owns the loop and calls, in order: `prepare(trainer)` once, then `push(step)` whenever
 `grpo.sync_interval` says so (the push is verified by the post-sync probe), and `close()` at the end.
+`server_restarted()` after the server was lost and replaced, before the push that restores the weights.
 `generation_model` names the model generation requests must use on the server.
 """
 
@@ -43,6 +44,10 @@ class WeightSync(Protocol):
 
     def push(self, step: int) -> SyncResult: ...
 
+    def server_restarted(self) -> None:
+        """The server was replaced by a fresh one (server/recovery.py): forget what the old one held, so the
+        next push puts the trainer's current weights on the new one."""
+
     def close(self) -> None: ...
 
 
@@ -52,12 +57,14 @@ class PrefixCacheReset:
     step) runs: no request can see the cache between the write and the reset, whichever finishes first."""
 
     def __init__(self, client: VLLMServerClient, name: str):
+        self.parent = client
         self.client = type(client)(client.base_url, timeout=client.timeout)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"grpo-{name}-reset")
         self._pending: Future | None = None
 
     def start(self) -> None:
         """Send the reset in the background (the write may start right away)."""
+        self.client.watch = self.parent.watch  # a hung server is noticed here as on the main client
         self._pending = self._pool.submit(self.client.reset_prefix_cache)
 
     def wait(self) -> None:

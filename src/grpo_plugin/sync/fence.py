@@ -75,5 +75,13 @@ class FencedSync:
         result.sync_ms = (time.perf_counter() - t0) * 1e3  # the trainer's whole pause, fence included
         return result
 
+    def server_restarted(self) -> None:
+        self.fence.held = False  # a fresh server holds no pause
+        self.inner.server_restarted()
+
+    @property
+    def starts_server(self) -> bool:
+        return bool(getattr(self.inner, "starts_server", False))
+
     def close(self) -> None:
         self.inner.close()

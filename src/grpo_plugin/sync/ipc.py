@@ -196,9 +196,19 @@ class IpcSync:
             else:
                 self._reset.wait()
         except ServerError as exc:
+            if self.fence == "trainer" and not self.client.healthy():
+                # the server is gone (or hung): there is no cache to reset; the next rollout or push goes
+                # through the trainer's ServerGuard, which restarts it and re-attaches (push -> ensure_attached)
+                LOG.warning("grpo_plugin: ipc: the vLLM server did not answer the post-step cache reset (%s); "
+                            "it is recovered before the next rollout", exc)
+                return
             raise SyncError(explain_rpc_failure("ipc", str(exc), "the post-step cache reset / resume failed")) \
                 from exc
         self._blocked_ms += (time.perf_counter() - t0) * 1e3
+
+    def server_restarted(self) -> None:
+        """Nothing to forget: the next push sees the orphaned mapping and re-attaches (ensure_attached)."""
+        self._served = None
 
     def push(self, step: int) -> SyncResult:
         """Nothing to copy: the weights are already the server's. Reports the fencing time since the last push

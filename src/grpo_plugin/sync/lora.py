@@ -113,6 +113,12 @@ class LoraSync:
             self._retire(self._loaded.pop(0))
         return SyncResult(step=step, sync_ms=(time.perf_counter() - t0) * 1e3)
 
+    def server_restarted(self) -> None:
+        """A fresh server holds no adapter: drop our versions (files included) without asking it to unload."""
+        for name in self._loaded:
+            shutil.rmtree(self._version_dir(name), ignore_errors=True)
+        self._loaded.clear()
+
     def _retire(self, name: str) -> None:
         try:
             self.client.unload_lora_adapter(name)

@@ -205,6 +205,14 @@ class RestartSync:
         self.last_report = {"write_ms": (t1 - t0) * 1e3, **report}
         return SyncResult(step=step, sync_ms=(time.perf_counter() - t0) * 1e3)
 
+    @property
+    def starts_server(self) -> bool:
+        """The push itself (re)starts the managed server (restart_strategy: process)."""
+        return isinstance(self.strategy, _ProcessRestart)
+
+    def server_restarted(self) -> None:
+        self._served = None  # asked again of the new server
+
     def close(self) -> None:
         self.strategy.close()
         self.storage.close()

@@ -1,0 +1,218 @@
+"""A run survives its vLLM server: every call the trainer makes to it goes through `ServerGuard.run`.
+
+When a call fails and the server is found gone (its process exited, /health does not answer, or it hung past
+`grpo.server_hang_timeout` while a request was in flight), the guard brings a server back and asks the trainer to
+put its CURRENT weights on it (`restore`: the mode's push + the probe), then redoes the call:
+
+- managed server (`grpo.managed_server: true`): our own process tree is stopped (a hung one too: SIGCONT +
+  SIGTERM, then SIGKILL) and started again, at most `grpo.server_restarts` times in `grpo.server_restart_window`
+  seconds;
+- unmanaged server (`axolotl vllm-serve` elsewhere): the guard waits, with a rate-limited message naming the URL
+  and the command, up to `grpo.server_timeout` for someone to bring it back.
+
+When that is impossible it raises `ServerUnrecoverable`; the trainer then saves a checkpoint (trainer.py).
+Every outage is recorded (`outages`) for the metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from grpo_plugin.server.client import ServerError, ServerLost
+from grpo_plugin.server.process import Progress, ServerStartError, wait_until
+
+LOG = logging.getLogger("grpo_plugin")
+
+
+class ServerUnrecoverable(RuntimeError):
+    """The server was lost and could not be brought back within the configured bounds."""
+
+
+@dataclass
+class Outage:
+    step: int
+    during: str  # what failed: "rollout", "weight push", ...
+    cause: str
+    restarted: bool = False  # the guard restarted the (managed) server itself
+    down_s: float = 0.0  # from the failure to weights restored and verified
+    redone: list[str] = field(default_factory=list)  # what was done again: the weight push, the call
+
+
+def _short(text: str, n: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+class RestartBudget:
+    """At most `limit` restarts in any `window_s` seconds (pure bookkeeping; `now` injectable for tests)."""
+
+    def __init__(self, limit: int, window_s: float, now: Callable[[], float] = time.monotonic):
+        self.limit, self.window_s, self.now = limit, window_s, now
+        self._times: deque[float] = deque()
+
+    def _trim(self) -> None:
+        t = self.now()
+        while self._times and t - self._times[0] > self.window_s:
+            self._times.popleft()
+
+    def available(self) -> bool:
+        self._trim()
+        return len(self._times) < self.limit
+
+    def spend(self) -> None:
+        self._trim()
+        self._times.append(self.now())
+
+
+class ServerGuard:
+    def __init__(self, client, *, restore: Callable[[], Any], step: Callable[[], int],
+                 server: Callable[[], Any] | None = None, max_restarts: int = 3, restart_window_s: float = 1800.0,
+                 hang_timeout_s: float = 60.0, wait_timeout_s: float = 600.0, starts_itself: bool = False,
+                 enabled: bool = True):
+        """`restore()` puts the trainer's current weights on a fresh server and verifies them (returns the sync
+        result); `step()` the trainer's global step; `server()` the managed server (None: unmanaged);
+        `starts_itself`: the mode's push starts the server (restart_strategy: process), the guard only stops it.
+        `enabled=False`: calls pass through untouched (no watch, no recovery)."""
+        if server is None:
+            from grpo_plugin.server import managed
+
+            server = managed.current
+        self.client, self.restore, self.step, self.server = client, restore, step, server
+        self.budget = RestartBudget(max_restarts, restart_window_s)
+        self.hang_timeout_s, self.wait_timeout_s, self.starts_itself = hang_timeout_s, wait_timeout_s, starts_itself
+        self.enabled = enabled
+        self.outages: list[Outage] = []
+        self._unhealthy_since: float | None = None
+        self._recovering = False
+        if enabled:
+            client.watch = self.lost_reason  # a hang is noticed while a request waits, not after its timeout
+
+    # ---- detection ------------------------------------------------------------------------------
+    def lost_reason(self) -> str | None:
+        """Why the server counts as lost now, or None. Called while a request is in flight (client.watch):
+        a process that exited is lost at once; a /health unanswered for `hang_timeout_s` is a hang."""
+        proc = self.server()
+        if proc is not None and proc.proc is not None and proc.proc.poll() is not None:
+            return f"the managed vLLM server (pid {proc.pid}) exited with code {proc.proc.returncode}"
+        if self.client.healthy():
+            self._unhealthy_since = None
+            return None
+        now = time.monotonic()
+        if self._unhealthy_since is None:
+            self._unhealthy_since = now
+        silent = now - self._unhealthy_since
+        if silent >= self.hang_timeout_s:
+            return f"no answer to /health for {silent:.0f} s (grpo.server_hang_timeout: {self.hang_timeout_s:g} s)"
+        return None
+
+    def is_lost(self, exc: BaseException) -> str | None:
+        """After a failed call: why the server is lost, or None when it is alive (the error is a real one)."""
+        if isinstance(exc, ServerLost):
+            return str(exc)
+        chain, e = [], exc
+        while e is not None and len(chain) < 8:
+            chain.append(e)
+            e = e.__cause__ or e.__context__
+        if not any(isinstance(x, ServerError) for x in chain):
+            return None
+        proc = self.server()
+        if proc is not None and proc.proc is not None and proc.proc.poll() is not None:
+            return f"the managed vLLM server (pid {proc.pid}) exited with code {proc.proc.returncode}: {exc}"
+        return None if self.client.healthy() else f"the server does not answer /health after: {exc}"
+
+    # ---- the wrapper ----------------------------------------------------------------------------
+    def run(self, during: str, call: Callable[[], Any], *, redo: bool = True) -> Any:
+        """`call()`, surviving a lost server. `redo=False`: the restore IS the call (a weight push): its result
+        is returned instead of calling again."""
+        if not self.enabled:
+            return call()
+        while True:
+            try:
+                return call()
+            except Exception as exc:
+                if self._recovering:
+                    raise
+                why = self.is_lost(exc)
+                if why is None:
+                    raise
+                restored = self.recover(during, why)
+                if not redo:
+                    return restored
+
+    def recover(self, during: str, why: str) -> Any:
+        outage = Outage(step=self.step(), during=during, cause=_short(why))
+        t0 = time.monotonic()
+        print(f"[grpo_plugin] step {outage.step}: the vLLM server was lost during the {during} ({outage.cause}); "
+              "recovering", file=sys.stderr, flush=True)
+        self._recovering = True
+        try:
+            server = self.server()
+            if server is not None:
+                self._restart(server, outage)
+            else:
+                self._wait_for_unmanaged(outage)
+            result = self.restore()
+        except ServerUnrecoverable:
+            raise
+        except Exception as exc:
+            raise ServerUnrecoverable(
+                f"the vLLM server was lost during the {during} at step {outage.step} ({outage.cause}), and putting "
+                f"the trainer's weights back on a new server failed: {exc}") from exc
+        finally:
+            self._recovering = False
+            self._unhealthy_since = None
+        outage.down_s = round(time.monotonic() - t0, 3)
+        outage.redone = ["weight push + probe"] + ([during] if during != "weight push" else [])
+        self.outages.append(outage)
+        diff = getattr(result, "logprob_diff", None)
+        print(f"[grpo_plugin] step {outage.step}: recovered in {outage.down_s:.1f} s; the trainer's current weights "
+              f"are back on the server" + (f" (probe |Δlogp| {diff:.2g})" if diff is not None else "")
+              + f"; redoing the {during}", file=sys.stderr, flush=True)
+        return result
+
+    def _restart(self, server, outage: Outage) -> None:
+        if not self.budget.available():
+            bound = ("grpo.server_restarts is 0: the trainer does not restart it" if self.budget.limit == 0 else
+                     f"it was already restarted {self.budget.limit} time(s) in the last {self.budget.window_s:g} s "
+                     "(grpo.server_restarts / grpo.server_restart_window)")
+            raise ServerUnrecoverable(
+                f"the managed vLLM server was lost during the {outage.during} at step {outage.step} "
+                f"({outage.cause}), and {bound}. Last server output:\n{server.log_tail(20)}")
+        self.budget.spend()
+        outage.restarted = True
+        server.stop(timeout=10.0)
+        if self.starts_itself:  # the mode's push starts it on the current weights (restart_strategy: process)
+            return
+        try:
+            server.restart()
+            server.wait_healthy(self.wait_timeout_s, self.client.healthy,
+                                Progress(f"restarting the vLLM server on {self.client.base_url}"))
+            print(f"[grpo_plugin] restarted managed vLLM server pid {server.pid}", file=sys.stderr, flush=True)
+        except ServerStartError as exc:
+            raise ServerUnrecoverable(f"the vLLM server was lost at step {outage.step} ({outage.cause}) and could "
+                                      f"not be started again: {exc}") from exc
+
+    def _wait_for_unmanaged(self, outage: Outage) -> None:
+        url = self.client.base_url
+        waited = wait_until(
+            self.client.healthy, self.wait_timeout_s,
+            Progress(f"the vLLM server at {url} is gone", every=30.0),
+            lambda t: (f"waiting for it to come back (restart it with `axolotl vllm-serve <config.yaml>`; "
+                       f"{max(0.0, self.wait_timeout_s - t):.0f} s of grpo.server_timeout left)"),
+            ready="it answers again", poll=1.0)
+        if waited is None:
+            raise ServerUnrecoverable(
+                f"the vLLM server at {url} was lost during the {outage.during} at step {outage.step} "
+                f"({outage.cause}) and did not come back within {self.wait_timeout_s:g} s (grpo.server_timeout). "
+                "Start it with `axolotl vllm-serve <config.yaml>`, or let `axolotl train` manage it "
+                "(`grpo.managed_server: true`).")
+
+    # ---- metrics --------------------------------------------------------------------------------
+    def take_outages(self, since: int = 0) -> list[dict]:
+        return [asdict(o) for o in self.outages[since:]]

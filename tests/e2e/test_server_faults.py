@@ -1,0 +1,221 @@
+"""A run survives its vLLM server (server/recovery.py), through `axolotl train` as a user runs it.
+
+Faults are injected the way they happen on real machines: `kill -9` of the server's main process (a CUDA OOM,
+a driver fault, the kernel's OOM killer), `SIGSTOP` (a hang: the process exists but answers nothing), and, for a
+server started in another terminal, the test stopping it and starting a new one. The trainer must finish every
+step, verify every sync (the post-sync probe), and record each outage."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT
+from tests.e2e.test_axolotl_train import BIN, env, gone, quickstart, start_vllm_serve
+
+pytestmark = pytest.mark.e2e
+TOL = 1e-4  # fp32 quickstarts
+
+
+def _start_train(path: Path, log: Path) -> subprocess.Popen:
+    with log.open("w") as fh:
+        return subprocess.Popen([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), stdout=fh,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _records(cfg) -> list[dict]:
+    metrics = Path(cfg["output_dir"]) / "grpo_metrics.jsonl"
+    return [json.loads(x) for x in metrics.read_text().splitlines()] if metrics.exists() else []
+
+
+def _wait_step(cfg, n: int, proc: subprocess.Popen, log: Path, timeout: float = 600) -> None:
+    t0 = time.monotonic()
+    while len(_records(cfg)) < n:
+        if proc.poll() is not None:
+            pytest.fail(f"`axolotl train` exited ({proc.returncode}) before step {n}:\n{log.read_text()[-6000:]}")
+        if time.monotonic() - t0 > timeout:
+            pytest.fail(f"step {n} not reached in {timeout} s:\n{log.read_text()[-6000:]}")
+        time.sleep(0.2)
+
+
+def _api_servers(root_pid: int) -> list[psutil.Process]:
+    """The vLLM API server processes started under `root_pid` (ours: the test started that process)."""
+    out = []
+    for p in psutil.Process(root_pid).children(recursive=True):
+        try:
+            if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _server_of(proc: subprocess.Popen) -> psutil.Process:
+    servers = [p for p in _api_servers(proc.pid) if p.status() != psutil.STATUS_ZOMBIE]
+    assert len(servers) == 1, servers
+    return servers[0]
+
+
+def _finish(proc: subprocess.Popen, log: Path, timeout: float = 900) -> str:
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=120)
+    return log.read_text()
+
+
+def _assert_complete_and_verified(cfg, steps: int, outages: int) -> list[dict]:
+    recs = _records(cfg)
+    assert [r["step"] for r in recs] == list(range(1, steps + 1))  # no step lost, none repeated
+    synced = [r for r in recs if r["sync_logprob_diff"] is not None]
+    assert synced and all(r["sync_logprob_diff"] <= TOL for r in synced), [r["sync_logprob_diff"] for r in recs]
+    assert sum(r["server_outages"] for r in recs) == outages, [r["server_outages"] for r in recs]
+    for r in recs:
+        if r["server_outages"]:
+            # the step that lived through an outage trained on weights restored and verified on the new server
+            assert r["sync_pushed"] and r["sync_logprob_diff"] <= TOL, r
+            assert r["server_down_s"] > 0 and len(r["server_outage_detail"]) == r["server_outages"], r
+    s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+    assert s["all_syncs_verified"] is True and s["steps"] == steps, s
+    return recs
+
+
+def test_lora_sync_survives_a_killed_and_a_hung_managed_server(tmp_path, tiny_model_dir, tiny_data_file,
+                                                                 cache_env):
+    """kill -9 at step 6, SIGSTOP at step 16: both recovered (restart, adapter re-pushed, probe), 30/30 steps,
+    reward still rising."""
+    steps = 30
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
+                           grpo={"server_hang_timeout": 10})
+    log = tmp_path / "train.log"
+    proc = _start_train(path, log)
+    try:
+        _wait_step(cfg, 6, proc, log)
+        first = _server_of(proc)
+        first.send_signal(signal.SIGKILL)
+        _wait_step(cfg, 16, proc, log)
+        second = _server_of(proc)
+        assert second.pid != first.pid
+        second.send_signal(signal.SIGSTOP)
+        t_stop = time.monotonic()
+        _wait_step(cfg, 17, proc, log)
+        detected_and_recovered_s = time.monotonic() - t_stop
+    finally:
+        text = _finish(proc, log)
+    assert proc.returncode == 0, text[-6000:]
+    recs = _assert_complete_and_verified(cfg, steps, outages=2)
+    details = [d for r in recs for d in r.get("server_outage_detail", [])]
+    assert details[0]["step"] >= 6 and ("exited" in details[0]["cause"] or "does not answer" in details[0]["cause"])
+    assert "no answer to /health" in details[1]["cause"], details[1]
+    assert all(d["restarted"] for d in details)
+    assert detected_and_recovered_s < 10 + 120, detected_and_recovered_s  # hang deadline + one restart
+    assert gone(second.pid, timeout=5)  # the hung server was stopped (it is ours), not left behind
+    s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+    assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
+    assert "recovered in" in text
+
+
+@pytest.mark.parametrize("mode", ["restart_reload", "restart_process", "ipc"])
+def test_full_weight_modes_survive_a_killed_managed_server(mode, tmp_path, tiny_model_dir, tiny_data_file,
+                                                           cache_env):
+    """kill -9 mid-run: restarted, the trainer's current weights put back (reload / a restart on the written
+    weights / ipc re-attach), verified, every step trained."""
+    config = "quickstart_ipc.yaml" if mode == "ipc" else "quickstart_restart.yaml"
+    grpo: dict = {"server_hang_timeout": 10}
+    steps, kill_at = 12, 5
+    if mode == "restart_process":
+        grpo.update(restart_strategy="process", sync_interval=4)
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=config, max_steps=steps, grpo=grpo)
+    log = tmp_path / "train.log"
+    proc = _start_train(path, log)
+    try:
+        _wait_step(cfg, kill_at, proc, log)
+        victim = _server_of(proc)
+        victim.send_signal(signal.SIGKILL)
+    finally:
+        text = _finish(proc, log)
+    assert proc.returncode == 0, text[-6000:]
+    recs = _assert_complete_and_verified(cfg, steps, outages=1)
+    hit = [r for r in recs if r["server_outages"]][0]
+    assert hit["step"] > kill_at, hit
+    if mode == "ipc":
+        assert "re-attaching to the new server" in text
+    if mode != "restart_process":  # 3 pushes in 12 steps (sync_interval 4) is too few to learn the task
+        s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+        assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
+
+
+def test_unmanaged_server_killed_and_restarted_by_the_user(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    """`axolotl vllm-serve` in another terminal dies; the trainer waits (saying what to run), the user starts
+    it again, the trainer re-pushes, verifies and finishes."""
+    steps = 12
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
+                           grpo={"managed_server": False, "server_hang_timeout": 10})
+    serve = start_vllm_serve(path, tmp_path / "serve1.log")
+    serve2 = None
+    log = tmp_path / "train.log"
+    proc = _start_train(path, log)
+    try:
+        _wait_step(cfg, 4, proc, log)
+        os.killpg(serve.pid, signal.SIGKILL)  # terminal 1's whole process group dies
+        serve.wait(timeout=30)
+        t0 = time.monotonic()
+        while "waiting for it to come back" not in log.read_text():
+            assert time.monotonic() - t0 < 120, log.read_text()[-4000:]
+            assert proc.poll() is None, log.read_text()[-4000:]
+            time.sleep(0.5)
+        serve2 = start_vllm_serve(path, tmp_path / "serve2.log")  # the user brings it back
+    finally:
+        text = _finish(proc, log)
+        for s in (serve, serve2):
+            if s is not None and s.poll() is None:
+                os.killpg(s.pid, signal.SIGINT)
+                s.wait(timeout=90)
+    assert proc.returncode == 0, text[-6000:]
+    _assert_complete_and_verified(cfg, steps, outages=1)
+    assert "axolotl vllm-serve <config.yaml>" in text
+    assert "recovered in" in text
+
+
+def test_restarts_exhausted_saves_a_checkpoint_that_resumes_with_a_verified_first_sync(
+        tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=10,
+                           grpo={"server_restarts": 0})
+    log = tmp_path / "run1.log"
+    proc = _start_train(path, log)
+    try:
+        _wait_step(cfg, 4, proc, log)
+        _server_of(proc).send_signal(signal.SIGKILL)
+    finally:
+        text = _finish(proc, log)
+    assert proc.returncode != 0
+    assert "grpo.server_restarts is 0: the trainer does not restart it" in text, text[-4000:]
+    out = Path(cfg["output_dir"])
+    saved = sorted(out.glob("checkpoint-*"))
+    assert len(saved) == 1, saved
+    ckpt = saved[0]
+    trained = int(ckpt.name.split("-")[1])
+    assert trained >= 4 and (ckpt / "trainer_state.json").is_file() and (ckpt / "optimizer.pt").is_file()
+    assert f"saved to {ckpt}" in text and f"resume_from_checkpoint: {ckpt}" in text, text[-3000:]
+    run1 = _records(cfg)
+
+    path2, _ = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=trained + 3,
+                          output_dir=str(out), resume_from_checkpoint=str(ckpt))
+    log2 = tmp_path / "run2.log"
+    proc2 = _start_train(path2, log2)
+    text2 = _finish(proc2, log2)
+    assert proc2.returncode == 0, text2[-6000:]
+    recs = _records(cfg)
+    assert [r["step"] for r in recs] == list(range(1, trained + 4))
+    assert recs[:trained] == run1[:trained]
+    first = recs[trained]  # the resumed run's first step: the checkpoint's weights pushed and verified first
+    assert first["sync_pushed"] and first["sync_logprob_diff"] <= TOL, first

@@ -1,0 +1,113 @@
+"""server/recovery.py and the client's deadline: the parts that need no vLLM server (the e2e fault tests in
+tests/e2e/test_server_faults.py run the real thing). The hung server here is a real socket that accepts and
+never answers (an injected fault)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from grpo_plugin.server.client import ServerError, ServerLost, VLLMServerClient
+from grpo_plugin.server.recovery import RestartBudget, ServerGuard, ServerUnrecoverable
+
+
+@pytest.fixture
+def silent_server():
+    """Listens and accepts, never answers: what a SIGSTOPped server looks like from the outside."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    conns = []
+    stop = threading.Event()
+
+    def accept():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conns.append(srv.accept()[0])
+            except OSError:
+                pass
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.getsockname()[1]}"
+    stop.set()
+    t.join()
+    for c in conns:
+        c.close()
+    srv.close()
+
+
+def test_restart_budget_counts_within_the_window():
+    now = [0.0]
+    b = RestartBudget(2, 60.0, now=lambda: now[0])
+    assert b.available()
+    b.spend()
+    now[0] = 10
+    b.spend()
+    assert not b.available()
+    now[0] = 61  # the first restart left the window
+    assert b.available()
+    assert not RestartBudget(0, 60.0).available()
+
+
+def test_a_hung_server_is_noticed_by_the_watch_long_before_the_request_timeout(silent_server):
+    client = VLLMServerClient(silent_server, timeout=300)
+    client.watch_every = 0.2
+    calls = []
+
+    def watch():
+        calls.append(time.monotonic())
+        return "hung (injected)" if len(calls) >= 3 else None
+
+    client.watch = watch
+    t0 = time.monotonic()
+    with pytest.raises(ServerLost, match=r"POST /v1/completions .*: hung \(injected\)"):
+        client.generate([[1, 2]], model="m", n=1, max_tokens=1)
+    assert time.monotonic() - t0 < 5
+
+
+def test_without_a_watch_the_request_timeout_is_the_deadline(silent_server):
+    client = VLLMServerClient(silent_server, timeout=0.5)
+    with pytest.raises(ServerError, match="timed out"):
+        client.prompt_logprobs([1, 2], model="m")
+
+
+def test_the_guard_declares_a_hang_after_server_hang_timeout(silent_server):
+    client = VLLMServerClient(silent_server, timeout=300)
+    client.health_timeout = 0.1
+    guard = ServerGuard(client, restore=lambda: None, step=lambda: 3, server=lambda: None, hang_timeout_s=0.5)
+    assert client.watch == guard.lost_reason  # installed on the client
+    assert guard.lost_reason() is None  # the first silent /health starts the clock
+    time.sleep(0.6)
+    assert "no answer to /health" in guard.lost_reason()
+
+
+def test_a_real_error_from_a_healthy_server_is_not_a_loss_and_other_errors_pass_through(silent_server):
+    client = VLLMServerClient(silent_server)
+    client.healthy = lambda: True  # injected: the server answers /health
+    guard = ServerGuard(client, restore=lambda: pytest.fail("no recovery for a real error"), step=lambda: 0,
+                        server=lambda: None)
+    with pytest.raises(ServerError, match="HTTP 400"):
+        guard.run("rollout", lambda: (_ for _ in ()).throw(ServerError("POST /v1/completions -> HTTP 400: bad")))
+    with pytest.raises(KeyError):
+        guard.run("rollout", lambda: {}["x"])
+
+
+def test_unmanaged_server_that_never_returns_ends_with_the_command_to_run(silent_server):
+    client = VLLMServerClient(silent_server)
+    client.healthy = lambda: False  # injected: gone for good
+    guard = ServerGuard(client, restore=lambda: None, step=lambda: 7, server=lambda: None, wait_timeout_s=0.5)
+    with pytest.raises(ServerUnrecoverable, match=r"step 7 .*did not come back within 0.5 s .*axolotl vllm-serve"):
+        guard.run("rollout", lambda: (_ for _ in ()).throw(ServerError("POST /v1/completions failed")))
+
+
+def test_a_disabled_guard_passes_everything_through(silent_server):
+    client = VLLMServerClient(silent_server)
+    guard = ServerGuard(client, restore=lambda: None, step=lambda: 0, server=lambda: None, enabled=False)
+    assert client.watch is None
+    with pytest.raises(ServerError):
+        guard.run("rollout", lambda: (_ for _ in ()).throw(ServerError("x")))
