@@ -418,6 +418,12 @@ class GRPOPluginArgs(BaseModel):
     def _grpo_cross_checks(cls, data: Any) -> Any:
         if isinstance(data, dict):
             check_cross_keys(data)
+            from grpo_plugin.preflight import config_problems
+
+            problems = config_problems(data, atropos_marker=ATROPOS_DATASET_MARKER)
+            if problems:
+                raise ValueError(f"grpo_plugin found {len(problems)} problem(s) in the config (nothing was "
+                                 "loaded):\n" + "\n".join(f"  - {p}" for p in problems))
         return data
 
 

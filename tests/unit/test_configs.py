@@ -2,13 +2,17 @@
 
 No GPU and no model hub here: `base_model` is replaced by the local tiny model (the only key changed), and
 DeepSpeed's process-group start-up is skipped as in `axolotl preprocess` (AXOLOTL_IS_PREPROCESS=1), because
-it needs NCCL. Everything else is validated as written.
+it needs NCCL. Everything else is validated as written, from a checkout after the documented setup steps (the
+plugin's validation checks that the data files the configs name exist): `data/gsm8k/train.jsonl` (docs/gpu.md)
+and `demo/data/digits.jsonl` (`python -m grpo_plugin.tiny --out demo`).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import shutil
 
 import pytest
 import yaml
@@ -21,10 +25,26 @@ RECIPES = sorted((ROOT / "configs" / "gsm8k").glob("*.yaml"))
 DS_CONFIGS = sorted((ROOT / "deepspeed_configs").glob("*.json"))
 
 
+def user_checkout(root, tiny_data_file=None):
+    """The repo as a user has it: every entry linked; with tiny_data_file, the setup's data files in place."""
+    root.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name not in ("demo", "data", "outputs", ".git") and not entry.name.startswith(".venv"):
+            (root / entry.name).symlink_to(entry)
+    if tiny_data_file is not None:
+        (root / "data" / "gsm8k").mkdir(parents=True)
+        with gzip.open(ROOT / "tests" / "data" / "gsm8k" / "train.jsonl.gz", "rt") as src:
+            (root / "data" / "gsm8k" / "train.jsonl").write_text("".join(next(src) for _ in range(8)))
+        (root / "demo" / "data").mkdir(parents=True)
+        shutil.copy(tiny_data_file, root / "demo" / "data" / "digits.jsonl")
+    return root
+
+
 @pytest.fixture
-def load(tiny_model_dir, tmp_path, monkeypatch):
+def load(tiny_model_dir, tiny_data_file, tmp_path, monkeypatch):
     monkeypatch.setenv("AXOLOTL_IS_PREPROCESS", "1")
-    monkeypatch.chdir(ROOT)  # configs use repo-relative paths (deepspeed_configs/, ./data, ./demo)
+    # configs use repo-relative paths (deepspeed_configs/, ./data, ./demo)
+    monkeypatch.chdir(user_checkout(tmp_path / "checkout", tiny_data_file))
 
     def _load(cfg: dict):
         path = tmp_path / "cfg.yaml"
@@ -119,3 +139,21 @@ def test_docs_name_every_recipe_and_its_launch_commands():
             assert "managed_server: true" in path.read_text()
         else:
             assert "CUDA_VISIBLE_DEVICES" in header
+
+
+def test_a_config_whose_files_are_missing_fails_before_loading_naming_each(tiny_model_dir, tmp_path, monkeypatch):
+    """A bare checkout (setup not done): validation names every missing file and the command that makes it."""
+    monkeypatch.setenv("AXOLOTL_IS_PREPROCESS", "1")
+    monkeypatch.chdir(user_checkout(tmp_path / "bare"))
+    raw = yaml.safe_load((ROOT / "configs" / "quickstart_lora_sync.yaml").read_text())
+    raw["trl"]["reward_funcs"] = ["rewards.toy.digit_rewad", "rewards.gsm8k.accuracy_reward"]
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(raw))  # base_model ./demo/tiny-qwen2 as shipped: not built yet
+    with pytest.raises(ValidationError) as err:
+        axolotl_load_cfg(path)
+    msg = str(err.value)
+    assert "found 3 problem(s)" in msg, msg
+    assert "'rewards.toy' has no 'digit_rewad'. Did you mean 'digit_reward'?" in msg
+    assert "base_model: './demo/tiny-qwen2' does not exist" in msg
+    assert "datasets[0].path: './demo/data/digits.jsonl' does not exist" in msg
+    assert msg.count("python -m grpo_plugin.tiny --out demo") == 2

@@ -1,0 +1,195 @@
+"""Checks of what the config points at, run by the plugin's schema validation, before anything loads.
+
+A typo in a reward function's import path otherwise shows up after the model has loaded; a quickstart run before
+its model was built fails inside transformers with a hub-id error; a full-weight sync into a /dev/shm smaller
+than the model fails at the first push. All problems are collected and reported in ONE message.
+
+Only what can be checked without loading anything: import paths (imported as axolotl will, from the working
+directory), local paths (a value that starts with `./`, `../`, `/` or `~`, or a dataset file name), and the
+sync directory (writable; for full-weight modes, room for one copy of the weights, sized from the local
+checkpoint's safetensors headers). Hub ids are left to the hub.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import json
+import os
+import pkgutil
+import shutil
+import struct
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+DATA_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
+TINY_BUILD = "python -m grpo_plugin.tiny --out demo"  # builds ./demo/tiny-qwen2 and ./demo/data (quickstarts)
+
+
+def _as_dict(value: Any) -> dict:
+    """Config sections arrive as dicts or as axolotl's pydantic models (datasets are SFTDataset objects)."""
+    if isinstance(value, dict):
+        return value
+    dump = getattr(value, "model_dump", None)
+    return dump() if callable(dump) else {}
+
+
+def looks_local(value: str) -> bool:
+    return value.startswith(("./", "../", "/", "~")) or value in (".", "..")
+
+
+def _demo_hint(value: str) -> str:
+    return f" Build the demo model and data first: `{TINY_BUILD}` (from the repo root)." if "demo/" in value else ""
+
+
+@contextmanager
+def _cwd_importable():
+    """axolotl's trainer runs as `python -m ...` from the working directory, which is then on sys.path."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added:
+            sys.path.remove(cwd)
+
+
+def _suggest(name: str, candidates) -> str:
+    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _submodules(package: str) -> list[str]:
+    try:
+        pkg = importlib.import_module(package)
+    except Exception:
+        return []
+    return [m.name for m in pkgutil.iter_modules(getattr(pkg, "__path__", []))]
+
+
+def reward_func_problem(fqn: Any) -> str | None:
+    """None if `fqn` resolves as axolotl will resolve it (a callable, or a reward-model path / hub id)."""
+    if not isinstance(fqn, str) or not fqn:
+        return f"trl.reward_funcs: {fqn!r} is not an import path (module.function)"
+    if os.path.isdir(fqn) or "/" in fqn:
+        return None  # a reward model (local dir or hub id): axolotl loads it
+    module_name, _, attr = fqn.rpartition(".")
+    if not module_name:
+        return f"trl.reward_funcs: {fqn!r} is not an import path (module.function)"
+    with _cwd_importable():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or module_name
+            parent = missing.rpartition(".")[0]
+            hint = _suggest(missing, [f"{parent}.{m}" for m in _submodules(parent)]) if parent else ""
+            return (f"trl.reward_funcs: {fqn!r}: module {missing!r} not found (imported from {os.getcwd()})."
+                    f"{hint}")
+        except Exception as exc:  # the module exists but fails to import
+            return f"trl.reward_funcs: {fqn!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+    fn = getattr(module, attr, None)
+    if fn is None:
+        public = [n for n in dir(module) if not n.startswith("_")]
+        return f"trl.reward_funcs: {fqn!r}: {module_name!r} has no {attr!r}.{_suggest(attr, public)}"
+    if not callable(fn):
+        return f"trl.reward_funcs: {fqn!r} is a {type(fn).__name__}, not a function"
+    return None
+
+
+def _path_problem(key: str, value: Any, *, data_file: bool = False) -> str | None:
+    if not isinstance(value, str) or not value:
+        return None
+    local = looks_local(value) or (data_file and value.lower().endswith(DATA_SUFFIXES))
+    if not local or Path(value).expanduser().exists():
+        return None
+    return f"{key}: {value!r} does not exist (relative to {os.getcwd()}).{_demo_hint(value)}"
+
+
+def dataset_problems(datasets: Any, marker: str | None = None) -> list[str]:
+    out = []
+    for i, ds in enumerate(datasets or []):
+        ds = _as_dict(ds)
+        if ds.get("path") == marker:
+            continue
+        out.append(_path_problem(f"datasets[{i}].path", ds.get("path"), data_file=True))
+        files = ds.get("data_files")
+        for f in [files] if isinstance(files, str) else (files or []):
+            out.append(_path_problem(f"datasets[{i}].data_files", f, data_file=True))
+    return [p for p in out if p]
+
+
+def checkpoint_numel(model_dir: Path) -> int | None:
+    """Parameters stored in a local checkpoint's safetensors files (headers only), or None if it has none."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        with f.open("rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for name, meta in header.items():
+            if name != "__metadata__":
+                count = 1
+                for d in meta.get("shape", []):
+                    count *= int(d)
+                total += count
+    return total
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def sync_dir_problems(data: dict) -> list[str]:
+    """The sync directory must be writable; full-weight modes need room for one copy of the weights."""
+    from grpo_plugin.server.process import trainer_dtype
+    from grpo_plugin.sync.storage import default_sync_root
+
+    grpo = _as_dict(data.get("grpo"))
+    configured = grpo.get("sync_dir")
+    root = Path(configured).expanduser() if configured else default_sync_root()
+    where = f"grpo.sync_dir {str(root)!r}" if configured else f"the default sync directory {str(root)!r}"
+    target = _existing_parent(root)
+    if not target.is_dir() or not os.access(target, os.W_OK | os.X_OK):
+        return [f"{where} is not writable ({target} is not a writable directory). Set grpo.sync_dir to a "
+                "directory you can write (fast local disk or tmpfs)."]
+    if (grpo.get("sync") or "lora_sync") == "lora_sync":
+        return []  # an adapter: megabytes
+    base = data.get("base_model")
+    if not isinstance(base, str) or not Path(base).expanduser().is_dir():
+        return []  # a hub id: its size is not known before download
+    numel = checkpoint_numel(Path(base).expanduser())
+    if not numel:
+        return []
+    dtype = trainer_dtype(data) or "bfloat16"
+    need = numel * (4 if dtype == "float32" else 2)
+    free = shutil.disk_usage(target).free
+    if need > free:
+        return [f"{where} has {free / 2**20:.0f} MiB free, but grpo.sync={grpo.get('sync')} writes one copy of "
+                f"the weights there ({numel / 1e6:.0f}M parameters in {dtype}: {need / 2**20:.0f} MiB). Set "
+                "grpo.sync_dir to a filesystem with more room (e.g. a local disk; in Docker, /dev/shm is 64 MiB "
+                "unless you pass --shm-size)."]
+    return []
+
+
+def config_problems(data: dict, *, atropos_marker: str | None = None) -> list[str]:
+    """Every problem found, each a sentence naming the key, the value and what to do."""
+    problems = []
+    trl = _as_dict(data.get("trl"))
+    for fqn in trl.get("reward_funcs") or []:
+        problems.append(reward_func_problem(fqn))
+    base = data.get("base_model")
+    p = _path_problem("base_model", base)
+    if p:
+        problems.append(p if "demo/" in str(base) else p + " Fix the path, or use a Hugging Face model id.")
+    problems.append(_path_problem("tokenizer_config", data.get("tokenizer_config")))
+    problems += dataset_problems(data.get("datasets"), atropos_marker)
+    problems += sync_dir_problems(data)
+    return [p for p in problems if p]
