@@ -34,11 +34,13 @@ from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, current_settings, 
 from grpo_plugin.checkpoints import save_after_failure
 from grpo_plugin.compat.host import host
 from grpo_plugin.metrics import MetricsWriter, listening_pid, rss_mb, summarize
+from grpo_plugin.probe import SyncVerificationError
 from grpo_plugin.producers.local import LocalRolloutProducer
-from grpo_plugin.server.client import VLLMServerClient
+from grpo_plugin.server.client import ServerError, VLLMServerClient
 from grpo_plugin.server.process import Progress, wait_until
 from grpo_plugin.server.recovery import ServerGuard, ServerUnrecoverable
 from grpo_plugin.sync import ProbeVerifier, SyncResult, build_weight_sync
+from grpo_plugin.sync.base import SyncError
 
 
 @contextmanager
@@ -227,10 +229,14 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
 
     # ---- nothing trained is lost ------------------------------------------------------------------
     def train(self, *args, **kwargs):
+        """A run stopped by its server or a sync (server lost for good, a push that does not verify, a server
+        error) saves what it trained first; the error keeps its type and gains a note saying where and how to
+        resume."""
         try:
             return super().train(*args, **kwargs)
-        except ServerUnrecoverable as exc:
-            raise ServerUnrecoverable(f"{exc}\n\n{save_after_failure(self)}") from exc
+        except (ServerUnrecoverable, ServerError, SyncError, SyncVerificationError) as exc:
+            exc.add_note(save_after_failure(self))
+            raise
 
     def close_sync(self) -> None:
         if not self._closed:

@@ -57,10 +57,21 @@ def _api_servers(root_pid: int) -> list[psutil.Process]:
     return out
 
 
-def _server_of(proc: subprocess.Popen) -> psutil.Process:
-    servers = [p for p in _api_servers(proc.pid) if p.status() != psutil.STATUS_ZOMBIE]
-    assert len(servers) == 1, servers
-    return servers[0]
+def _server_of(proc: subprocess.Popen, timeout: float = 120) -> psutil.Process:
+    """The one live vLLM API server under `axolotl train` (waits out a restart in progress)."""
+    t0 = time.monotonic()
+    while True:
+        servers = []
+        for p in _api_servers(proc.pid):
+            try:
+                if p.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_STOPPED):
+                    servers.append(p)
+            except psutil.Error:
+                pass
+        if len(servers) == 1:
+            return servers[0]
+        assert time.monotonic() - t0 < timeout, servers
+        time.sleep(0.5)
 
 
 def _finish(proc: subprocess.Popen, log: Path, timeout: float = 900) -> str:
@@ -125,40 +136,51 @@ def test_lora_sync_survives_a_killed_and_a_hung_managed_server(tmp_path, tiny_mo
 
 
 @pytest.mark.parametrize("mode", ["restart_reload", "restart_process", "ipc"])
-def test_full_weight_modes_survive_a_killed_managed_server(mode, tmp_path, tiny_model_dir, tiny_data_file,
-                                                           cache_env):
-    """kill -9 mid-run: restarted, the trainer's current weights put back (reload / a restart on the written
-    weights / ipc re-attach), verified, every step trained."""
+def test_full_weight_modes_survive_a_killed_and_a_hung_managed_server(mode, tmp_path, tiny_model_dir,
+                                                                      tiny_data_file, cache_env):
+    """kill -9 at step 4, SIGSTOP at step 8: each time restarted, the trainer's current weights put back (reload /
+    a restart on the written weights / ipc re-attach), verified, every step trained. restart_process restarts
+    the server at every push, which would replace a hung server before a rollout meets it: with sync_interval 8
+    the recoveries (each itself such a push) are its only restarts after step 0."""
     config = "quickstart_ipc.yaml" if mode == "ipc" else "quickstart_restart.yaml"
     grpo: dict = {"server_hang_timeout": 10}
-    steps, kill_at = 12, 5
-    if mode == "restart_process":
-        grpo.update(restart_strategy="process", sync_interval=4)
+    steps, kill_at, hang_at = 20, 4, 8  # the tiny task's reward takes off around steps 5-12
+    if mode == "restart_process":  # every push is a 30 s restart here: fewer steps, no learning claim
+        grpo.update(restart_strategy="process", sync_interval=8)
+        steps, kill_at, hang_at = 12, 2, 6
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=config, max_steps=steps, grpo=grpo)
     log = tmp_path / "train.log"
     proc = _start_train(path, log)
     try:
         _wait_step(cfg, kill_at, proc, log)
-        victim = _server_of(proc)
-        victim.send_signal(signal.SIGKILL)
+        first = _server_of(proc)
+        first.send_signal(signal.SIGKILL)
+        _wait_step(cfg, hang_at, proc, log)
+        second = _server_of(proc)
+        assert second.pid != first.pid
+        second.send_signal(signal.SIGSTOP)
     finally:
         text = _finish(proc, log)
     assert proc.returncode == 0, text[-6000:]
-    recs = _assert_complete_and_verified(cfg, steps, outages=1)
-    hit = [r for r in recs if r["server_outages"]][0]
-    assert hit["step"] > kill_at, hit
+    recs = _assert_complete_and_verified(cfg, steps, outages=2)
+    hits = [r for r in recs if r["server_outages"]]
+    assert hits[0]["step"] > kill_at and hits[1]["step"] > hang_at, hits
+    assert "no answer to /health" in hits[1]["server_outage_detail"][0]["cause"], hits[1]
+    assert gone(second.pid, timeout=5)
     if mode == "ipc":
-        assert "re-attaching to the new server" in text
-    if mode != "restart_process":  # 3 pushes in 12 steps (sync_interval 4) is too few to learn the task
+        assert text.count("re-attaching to the new server") == 2
+    if mode != "restart_process":  # 3 pushes in 12 steps is too few to learn the task
         s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
         assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
 
 
-def test_unmanaged_server_killed_and_restarted_by_the_user(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+@pytest.mark.parametrize("config", ["quickstart_lora_sync.yaml", "quickstart_ipc.yaml"])
+def test_unmanaged_server_killed_and_restarted_by_the_user(config, tmp_path, tiny_model_dir, tiny_data_file,
+                                                           cache_env):
     """`axolotl vllm-serve` in another terminal dies; the trainer waits (saying what to run), the user starts
-    it again, the trainer re-pushes, verifies and finishes."""
+    it again, the trainer re-pushes (lora_sync) or re-attaches (ipc), verifies and finishes."""
     steps = 12
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=config, max_steps=steps,
                            grpo={"managed_server": False, "server_hang_timeout": 10})
     serve = start_vllm_serve(path, tmp_path / "serve1.log")
     serve2 = None
@@ -181,7 +203,8 @@ def test_unmanaged_server_killed_and_restarted_by_the_user(tmp_path, tiny_model_
                 os.killpg(s.pid, signal.SIGINT)
                 s.wait(timeout=90)
     assert proc.returncode == 0, text[-6000:]
-    _assert_complete_and_verified(cfg, steps, outages=1)
+    recs = _assert_complete_and_verified(cfg, steps, outages=1)
+    assert not [r for r in recs if r["server_outages"]][0]["server_outage_detail"][0]["restarted"]
     assert "axolotl vllm-serve <config.yaml>" in text
     assert "recovered in" in text
 
