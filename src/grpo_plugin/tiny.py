@@ -1,8 +1,14 @@
-"""Build a tiny Qwen2-style model and tokenizer locally and deterministically (no model hub).
+"""Build a tiny model and tokenizer locally and deterministically (no model hub).
 
 The tokenizer is byte-level BPE with no merges: every byte is one token (256) plus three special tokens,
-so any text round-trips and vLLM's incremental detokenizer is happy. The model is a random-init
-Qwen2ForCausalLM (seeded), saved as safetensors in float32.
+so any text round-trips and vLLM's incremental detokenizer is happy (259 tokens: a vocabulary vLLM pads). The
+model is a random-init decoder of one of the families users train (seeded), saved as safetensors in float32,
+with the features where weight syncing breaks silently switched on (`FAMILIES`):
+
+- `qwen2` (default): tied embeddings, biases on q/k/v;
+- `qwen3`: per-head `q_norm` / `k_norm`, no q/k/v bias, tied embeddings, GQA;
+- `llama`: untied LM head, llama3 `rope_scaling`, no biases, GQA;
+- `mistral`: untied LM head, a sliding window (128) shorter than the sync probe, GQA.
 """
 
 from __future__ import annotations
@@ -61,26 +67,48 @@ MODEL_SIZES = {
 }
 
 
+# family -> (transformers config class, what makes it that family, tied embeddings by default)
+FAMILIES: dict[str, tuple[str, dict, bool]] = {
+    "qwen2": ("Qwen2Config", {}, True),
+    "qwen3": ("Qwen3Config", {"num_heads": 4, "num_kv_heads": 2, "attention_bias": False}, True),
+    "llama": ("LlamaConfig", {"num_heads": 4, "num_kv_heads": 2, "attention_bias": False, "mlp_bias": False,
+                              "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 128}},
+              False),
+    "mistral": ("MistralConfig", {"num_heads": 4, "num_kv_heads": 2, "sliding_window": 128}, False),
+}
+
+
 def build_model(
     out_dir: str | Path,
     *,
+    family: str = "qwen2",
     hidden_size: int = 128,
     num_layers: int = 2,
-    num_heads: int = 2,
-    num_kv_heads: int = 2,
+    num_heads: int | None = None,
+    num_kv_heads: int | None = None,
     intermediate_size: int = 256,
-    tie_word_embeddings: bool = True,
+    tie_word_embeddings: bool | None = None,
     embed_std: float = 0.1,
     seed: int = 0,
 ) -> Path:
-    """Write tokenizer + random-init Qwen2 model to `out_dir`; returns the path."""
+    """Write tokenizer + a random-init model of `family` (FAMILIES) to `out_dir`; returns the path."""
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    import transformers
+    from transformers import AutoModelForCausalLM, GenerationConfig
 
+    if family not in FAMILIES:
+        raise ValueError(f"family {family!r}: expected one of {', '.join(FAMILIES)}")
+    config_cls, features, tied = FAMILIES[family]
+    features = dict(features)
+    heads, kv_heads = features.pop("num_heads", 2), features.pop("num_kv_heads", 2)
+    num_heads, num_kv_heads = num_heads or heads, num_kv_heads or kv_heads
+    tie_word_embeddings = tied if tie_word_embeddings is None else tie_word_embeddings
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(out)
-    config = Qwen2Config(
+    config = getattr(transformers, config_cls)(
+        **features,
         vocab_size=len(tok),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -96,7 +124,7 @@ def build_model(
         torch_dtype="float32",
     )
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).to(torch.float32)
+    model = AutoModelForCausalLM.from_config(config).to(torch.float32)
     # A wider embedding init than HF's 0.02: with the tied lm_head and final norm frozen under LoRA, the
     # reachable logit range scales with the embedding norm, and 0.02 caps what a small task can learn.
     with torch.no_grad():
@@ -125,12 +153,16 @@ def build_digit_task(out_file: str | Path, n: int = 512, seed: int = 0) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", default="demo", help="output directory (model in <out>/tiny-qwen2, data in <out>/data)")
-    ap.add_argument("--untied", action="store_true", help="untied lm_head (default: tied)")
+    ap.add_argument("--out", default="demo",
+                    help="output directory (model in <out>/tiny-<family>, data in <out>/data)")
+    ap.add_argument("--family", choices=sorted(FAMILIES), default="qwen2",
+                    help="architecture (default: qwen2); see the module docstring for what each switches on")
+    ap.add_argument("--untied", action="store_true", help="untied lm_head (default: the family's)")
     ap.add_argument("--size", choices=sorted(MODEL_SIZES), default="tiny", help="model shape (default: tiny)")
     args = ap.parse_args(argv)
-    name = "tiny-qwen2" if args.size == "tiny" else f"qwen2-{args.size}"
-    model_dir = build_model(Path(args.out) / name, tie_word_embeddings=not args.untied, **MODEL_SIZES[args.size])
+    name = f"tiny-{args.family}" if args.size == "tiny" else f"{args.family}-{args.size}"
+    model_dir = build_model(Path(args.out) / name, family=args.family,
+                            tie_word_embeddings=False if args.untied else None, **MODEL_SIZES[args.size])
     data = build_digit_task(Path(args.out) / "data" / "digits.jsonl")
     print(f"tiny model: {model_dir}\ntask data:  {data}")
 
