@@ -174,11 +174,12 @@ def test_full_weight_modes_survive_a_killed_and_a_hung_managed_server(mode, tmp_
         assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
 
 
-@pytest.mark.parametrize("config", ["quickstart_lora_sync.yaml", "quickstart_ipc.yaml"])
+@pytest.mark.parametrize("config", ["quickstart_lora_sync.yaml"])  # + quickstart_ipc.yaml: passes, ~2 min of CI
 def test_unmanaged_server_killed_and_restarted_by_the_user(config, tmp_path, tiny_model_dir, tiny_data_file,
                                                            cache_env):
     """`axolotl vllm-serve` in another terminal dies; the trainer waits (saying what to run), the user starts
-    it again, the trainer re-pushes (lora_sync) or re-attaches (ipc), verifies and finishes."""
+    it again, the trainer re-pushes (lora_sync) or re-attaches (ipc), verifies and finishes. ipc's re-attach to a
+    new server also runs in the managed fault test (twice) and tests/integration/test_ipc_sync.py."""
     steps = 12
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=config, max_steps=steps,
                            grpo={"managed_server": False, "server_hang_timeout": 10})
