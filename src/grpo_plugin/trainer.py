@@ -113,10 +113,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             self.vllm_server, restore=self._restore_weights, step=lambda: self.state.global_step,
             max_restarts=self.grpo.server_restarts, restart_window_s=self.grpo.server_restart_window,
             hang_timeout_s=self.grpo.server_hang_timeout, wait_timeout_s=self.grpo.server_timeout,
-            starts_itself=bool(getattr(self.weight_sync, "starts_server", False)),
+            starts_itself=self.weight_sync.starts_server,
             # one process restores the weights; with several ranks a lost server ends the run (checkpoints)
             enabled=self.accelerator.num_processes == 1)
-        self._outages_seen = 0
 
         tok = self.processing_class
         # axolotl 0.19's deferred scoring reads these (0.21 asks its tokenizer); TRL no longer sets them.
@@ -199,9 +198,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         if last is None and not self.weight_sync.needs_initial_push:
             result = self._initial_check(model, step)
         if result is None:
-            result = self.weight_sync.push(step)
-            if self.grpo.verify_sync:
-                self.verifier.verify(model, self.weight_sync.generation_model, result)
+            result = self._push(step, verify=self.grpo.verify_sync)
         if self.grpo.atropos is not None and not result.pushed:
             # verified, not pushed: the server already computes with these weights; a push announces its
             # version inside the sync fence instead
@@ -214,10 +211,16 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         the trained weights)."""
         step = self.state.global_step
         self.weight_sync.server_restarted()
-        result = self.weight_sync.push(step)
-        self.verifier.verify(self.accelerator.unwrap_model(self.model), self.weight_sync.generation_model, result)
+        result = self._push(step, verify=True)
         self._synced_version = step
         self._pending_sync = result
+        return result
+
+    def _push(self, step: int, *, verify: bool) -> SyncResult:
+        result = self.weight_sync.push(step)
+        if verify:
+            self.verifier.verify(self.accelerator.unwrap_model(self.model), self.weight_sync.generation_model,
+                                 result)
         return result
 
     def _initial_check(self, model, step: int) -> SyncResult | None:
@@ -367,8 +370,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             "verify_ms": round(sync.verify_ms, 3) if sync else 0.0,
             "sync_pushed": bool(sync and sync.pushed),
         }
-        outages = self.guard.take_outages(self._outages_seen)
-        self._outages_seen += len(outages)
+        outages = self.guard.new_outages()
         rec["server_outages"] = len(outages)
         rec["server_down_s"] = round(sum(o["down_s"] for o in outages), 3)
         if outages:

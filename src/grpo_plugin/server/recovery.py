@@ -88,6 +88,7 @@ class ServerGuard:
         self.hang_timeout_s, self.wait_timeout_s, self.starts_itself = hang_timeout_s, wait_timeout_s, starts_itself
         self.enabled = enabled
         self.outages: list[Outage] = []
+        self._reported = 0
         self._unhealthy_since: float | None = None
         self._recovering = False
         if enabled:
@@ -97,9 +98,9 @@ class ServerGuard:
     def lost_reason(self) -> str | None:
         """Why the server counts as lost now, or None. Called while a request is in flight (client.watch):
         a process that exited is lost at once; a /health unanswered for `hang_timeout_s` is a hang."""
-        proc = self.server()
-        if proc is not None and proc.proc is not None and proc.proc.poll() is not None:
-            return f"the managed vLLM server (pid {proc.pid}) exited with code {proc.proc.returncode}"
+        exited = self._exited()
+        if exited:
+            return exited
         if self.client.healthy():
             self._unhealthy_since = None
             return None
@@ -121,10 +122,17 @@ class ServerGuard:
             e = e.__cause__ or e.__context__
         if not any(isinstance(x, ServerError) for x in chain):
             return None
+        exited = self._exited()
+        if exited:
+            return f"{exited}: {exc}"
+        return None if self.client.healthy() else f"the server does not answer /health after: {exc}"
+
+    def _exited(self) -> str | None:
+        """The managed server's process has exited (None: running, or no managed server)."""
         proc = self.server()
         if proc is not None and proc.proc is not None and proc.proc.poll() is not None:
-            return f"the managed vLLM server (pid {proc.pid}) exited with code {proc.proc.returncode}: {exc}"
-        return None if self.client.healthy() else f"the server does not answer /health after: {exc}"
+            return f"the managed vLLM server (pid {proc.pid}) exited with code {proc.proc.returncode}"
+        return None
 
     # ---- the wrapper ----------------------------------------------------------------------------
     def run(self, during: str, call: Callable[[], Any], *, redo: bool = True) -> Any:
@@ -214,5 +222,7 @@ class ServerGuard:
                 "(`grpo.managed_server: true`).")
 
     # ---- metrics --------------------------------------------------------------------------------
-    def take_outages(self, since: int = 0) -> list[dict]:
-        return [asdict(o) for o in self.outages[since:]]
+    def new_outages(self) -> list[dict]:
+        """The outages recorded since the last call (each reported once, on the step it happened)."""
+        new, self._reported = self.outages[self._reported:], len(self.outages)
+        return [asdict(o) for o in new]

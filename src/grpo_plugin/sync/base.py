@@ -36,6 +36,9 @@ class WeightSync(Protocol):
     # False when the server is known to start on the trainer's initial weights: the first sync is then only
     # verified, and pushed only if the probe disagrees.
     needs_initial_push: bool
+    # True when a push (re)starts the managed server itself (restart_strategy: process): a recovery then only
+    # stops the lost server and lets the restoring push start it on the current weights.
+    starts_server: bool
 
     @property
     def generation_model(self) -> str: ...

@@ -54,6 +54,7 @@ class FencedSync:
         self.inner, self.fence = inner, fence
         self.mode = inner.mode
         self.needs_initial_push = inner.needs_initial_push
+        self.starts_server = inner.starts_server
 
     @property
     def generation_model(self) -> str:
@@ -78,10 +79,6 @@ class FencedSync:
     def server_restarted(self) -> None:
         self.fence.held = False  # a fresh server holds no pause
         self.inner.server_restarted()
-
-    @property
-    def starts_server(self) -> bool:
-        return bool(getattr(self.inner, "starts_server", False))
 
     def close(self) -> None:
         self.inner.close()

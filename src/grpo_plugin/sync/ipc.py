@@ -50,6 +50,7 @@ FENCES = ("trainer", "server")
 class IpcSync:
     mode = "ipc"
     needs_initial_push = False  # the server computes with the trainer's own tensors from the start
+    starts_server = False
 
     def __init__(self, client, *, fence: str = "trainer", rpc_timeout: float = 300.0, announce: bool = False):
         """`announce`: tell the server the policy version after every step, inside the server fence (the

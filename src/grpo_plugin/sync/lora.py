@@ -31,6 +31,7 @@ CONFIG = "adapter_config.json"
 class LoraSync:
     mode = "lora_sync"
     needs_initial_push = True  # the adapter must exist on the server before the first rollout
+    starts_server = False
     keep = 2  # versions loaded at once: the newest, and the one requests admitted before the push may name
 
     def __init__(self, client, *, adapter_name: str, sync_dir: str | None = None):

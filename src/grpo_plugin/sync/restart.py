@@ -54,6 +54,7 @@ class _Reload:
     reset (concurrently: the trainer sends no generation request while a push runs)."""
 
     needs_initial_push = True
+    starts_server = False
 
     def __init__(self, client, timeout: float):
         self.client, self.timeout = client, timeout
@@ -96,6 +97,7 @@ class _ProcessRestart:
     # The managed server was started on the trainer's initial weights: at step 0 the probe decides whether a
     # restart is needed at all (it saves one full restart per run).
     needs_initial_push = False
+    starts_server = True
 
     def __init__(self, client, server: Callable[[], object], timeout: float):
         self.client, self._server, self.timeout = client, server, timeout
@@ -208,7 +210,7 @@ class RestartSync:
     @property
     def starts_server(self) -> bool:
         """The push itself (re)starts the managed server (restart_strategy: process)."""
-        return isinstance(self.strategy, _ProcessRestart)
+        return self.strategy.starts_server
 
     def server_restarted(self) -> None:
         self._served = None  # asked again of the new server
