@@ -149,11 +149,11 @@ class ServerGuard:
                 why = self.is_lost(exc)
                 if why is None:
                     raise
-                restored = self.recover(during, why)
+                restored = self.recover(during, why, redo=redo)
                 if not redo:
                     return restored
 
-    def recover(self, during: str, why: str) -> Any:
+    def recover(self, during: str, why: str, *, redo: bool = True) -> Any:
         outage = Outage(step=self.step(), during=during, cause=_short(why))
         t0 = time.monotonic()
         print(f"[grpo_plugin] step {outage.step}: the vLLM server was lost during the {during} ({outage.cause}); "
@@ -176,7 +176,7 @@ class ServerGuard:
             self._recovering = False
             self._unhealthy_since = None
         outage.down_s = round(time.monotonic() - t0, 3)
-        outage.redone = ["weight push + probe"] + ([during] if during != "weight push" else [])
+        outage.redone = ["weight push + probe"] + ([during] if redo else [])
         self.outages.append(outage)
         diff = getattr(result, "logprob_diff", None)
         print(f"[grpo_plugin] step {outage.step}: recovered in {outage.down_s:.1f} s; the trainer's current weights "
