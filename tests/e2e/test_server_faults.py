@@ -106,7 +106,7 @@ def test_lora_sync_survives_a_killed_and_a_hung_managed_server(tmp_path, tiny_mo
     reward still rising."""
     steps = 30
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
-                           grpo={"server_hang_timeout": 10})
+                           grpo={"server_hang_timeout": 10, "server_timeout": 240})
     log = tmp_path / "train.log"
     proc = _start_train(path, log)
     try:
@@ -143,7 +143,7 @@ def test_full_weight_modes_survive_a_killed_and_a_hung_managed_server(mode, tmp_
     the server at every push, which would replace a hung server before a rollout meets it: with sync_interval 8
     the recoveries (each itself such a push) are its only restarts after step 0."""
     config = "quickstart_ipc.yaml" if mode == "ipc" else "quickstart_restart.yaml"
-    grpo: dict = {"server_hang_timeout": 10}
+    grpo: dict = {"server_hang_timeout": 10, "server_timeout": 240}  # a restart takes ~35 s here
     steps, kill_at, hang_at = 20, 4, 8  # the tiny task's reward takes off around steps 5-12
     if mode == "restart_process":  # every push is a 30 s restart here: fewer steps, no learning claim
         grpo.update(restart_strategy="process", sync_interval=8)

@@ -8,7 +8,6 @@ from our PID, and nothing else. A port already taken is an error, never a reason
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import os
 import signal
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from grpo_plugin.server.tether import tethered
 
 # Loaded into every vLLM worker: the in-place reload of `grpo.sync: restart` (called via /collective_rpc).
 WORKER_EXTENSION = "grpo_plugin.serve.worker_ext.GRPOWorkerExtension"
@@ -148,11 +149,6 @@ def port_in_use(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class Progress:
     """One status line: redrawn in place on a TTY, a line every `every` seconds otherwise."""
 
@@ -268,13 +264,12 @@ class VLLMServerProcess:
 
             self.ipc_dir = SyncDir("ipc", self.spec.ipc_root)  # ours; removed by stop()
         self.proc = subprocess.Popen(  # noqa: S603
-            self.spec.command(),
+            tethered(self.spec.command()),  # the server dies with its parent, even on SIGKILL
             env=self.spec.env(ipc_export=self.ipc_dir.path if self.ipc_dir else None),
             stdout=stdout,
             stderr=subprocess.STDOUT if stdout else None,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # own process group: Ctrl-C in the terminal is ours to forward
-            preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - the server dies with its parent even on SIGKILL
         )
 
     def tree(self) -> list[psutil.Process]:
