@@ -103,6 +103,12 @@ class GRPOSettings(BaseModel):
     sync_interval: int = Field(
         default=1, ge=1, description="Push weights to the server every N optimizer steps."
     )
+    max_policy_lag: int | None = Field(
+        default=None, ge=0,
+        description="Most optimizer steps the weights that sampled a rollout may lag behind the weights it trains; "
+        "the producer waits for a newer version rather than exceed it (trl.async_prefetch). Default 1, or "
+        "sync_interval - 1 when that is larger (the server holds each push for sync_interval steps).",
+    )
     restart_strategy: Literal["reload", "process"] | None = Field(
         default=None,
         description="sync: restart only. reload (default): vLLM reloads the written weights in place; "
@@ -180,8 +186,18 @@ class GRPOSettings(BaseModel):
     def _unknown_keys(cls, data: Any) -> Any:
         return _refuse_unknown_keys(cls, data, "grpo")
 
+    @property
+    def policy_lag_bound(self) -> int:
+        return self.max_policy_lag if self.max_policy_lag is not None else max(1, self.sync_interval - 1)
+
     @model_validator(mode="after")
     def _strategy(self) -> GRPOSettings:
+        if self.max_policy_lag is not None and self.max_policy_lag < self.sync_interval - 1:
+            raise ValueError(
+                f"grpo.max_policy_lag: {self.max_policy_lag} is below grpo.sync_interval - 1 = "
+                f"{self.sync_interval - 1}: with a push every {self.sync_interval} steps the server's weights are "
+                f"up to {self.sync_interval - 1} steps old, so rollouts would wait forever. Raise max_policy_lag "
+                "or lower sync_interval.")
         if self.restart_strategy is not None and self.sync != "restart":
             raise ValueError(
                 f"grpo.restart_strategy only applies to `grpo.sync: restart` (sync is {self.sync!r}). "
@@ -275,11 +291,6 @@ def check_cross_keys(data: dict) -> None:
             raise ValueError(
                 "trl.use_data_producer: false, but the grpo_plugin's trainer runs on axolotl's data-producer "
                 "path. Remove trl.use_data_producer (the plugin sets it)."
-            )
-        if trl.get("async_prefetch"):
-            raise ValueError(
-                "trl.async_prefetch: true is not supported by the grpo_plugin yet (generation overlapping a "
-                "weight push needs a fence). Remove trl.async_prefetch."
             )
         if trl.get("vllm_lora_sync"):
             raise ValueError(

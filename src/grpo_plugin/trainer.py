@@ -36,11 +36,15 @@ from grpo_plugin.compat.host import host
 from grpo_plugin.metrics import MetricsWriter, listening_pid, rss_mb, summarize
 from grpo_plugin.probe import SyncVerificationError
 from grpo_plugin.producers.local import LocalRolloutProducer
+from grpo_plugin.producers.prefetch import PrefetchingProducer
 from grpo_plugin.server.client import ServerError, VLLMServerClient
 from grpo_plugin.server.process import Progress, wait_until
 from grpo_plugin.server.recovery import ServerGuard, ServerUnrecoverable
 from grpo_plugin.sync import ProbeVerifier, SyncResult, build_weight_sync
 from grpo_plugin.sync.base import SyncError
+from grpo_plugin.sync.gate import PolicyGate
+
+LAG_WAIT_S = 1800.0  # longest a rollout waits for the version grpo.max_policy_lag needs (a push that never comes)
 
 
 @contextmanager
@@ -96,11 +100,14 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self.grpo = grpo_settings or current_settings()
         training_args = kwargs["args"]
         self.vllm_server = VLLMServerClient(server_base_url(training_args), timeout=self.grpo.request_timeout)
-        self.weight_sync = build_weight_sync(self.grpo, self.vllm_server)
+        # which weights the server generates with; rollouts lease a version, in-place writes exclude them
+        self.policy_gate = PolicyGate()
+        self.weight_sync = build_weight_sync(self.grpo, self.vllm_server, self.policy_gate)
         self._synced_version: int | None = None  # global_step whose weights the server holds
         self._rollout_version: int | None = None
         self._pending_sync: SyncResult | None = None
         self._pending_rollout_ms = 0.0
+        self._pending_generate_ms = 0.0
         self._pending_rollout_info: dict = {}
         self._row_temperatures: torch.Tensor | None = None  # per-sequence sampling temperatures (Atropos)
         self.atropos_producer = None
@@ -116,6 +123,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             starts_itself=self.weight_sync.starts_server,
             # one process restores the weights; with several ranks a lost server ends the run (checkpoints)
             enabled=self.accelerator.num_processes == 1)
+        if isinstance(self.data_producer, PrefetchingProducer):
+            self.data_producer.guard = self.guard
 
         tok = self.processing_class
         # axolotl 0.19's deferred scoring reads these (0.21 asks its tokenizer); TRL no longer sets them.
@@ -148,9 +157,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         config = ProducerConfig(
             mini_epochs=args.num_iterations, max_rollouts=None, eval_during_produce=False,
             empty_cache_before_produce=False, empty_cache_after_produce=False,
-            async_prefetch=False, prefetch_depth=args.prefetch_depth,
+            async_prefetch=bool(args.async_prefetch), prefetch_depth=args.prefetch_depth,
         )
-        if self.grpo.atropos is not None:
+        if self.grpo.atropos is not None:  # its fetcher already runs in the background (grpo.atropos.prefetch)
             from grpo_plugin.producers.atropos import AtroposProducer
 
             self.atropos_producer = AtroposProducer(config, settings=self.grpo.atropos, trainer=self,
@@ -166,16 +175,21 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             shuffle_dataset=getattr(self, "shuffle_dataset", True),
             seed=args.seed,
             client=self.vllm_server,
-            weight_sync=self.weight_sync,
-            on_rollout=self._on_rollout,
+            gate=self.policy_gate,
+            max_policy_lag=self.grpo.policy_lag_bound,
+            lag_timeout=LAG_WAIT_S,
         )
         producer.set_trainer(self)
+        if args.async_prefetch:  # axolotl's background producer; the guard is attached once it exists
+            return PrefetchingProducer(producer, guard=None, background_produce_kwargs={"skip_policy_logps": True})
         return producer
 
-    def _on_rollout(self, rollout_ms: float, **info) -> None:
-        """A producer delivered a rollout: the time it waited for it, and (Atropos) what it knows of it."""
+    def _on_rollout(self, rollout_ms: float, policy_version: int | None = None, **info) -> None:
+        """The trainer takes a rollout (main thread): the time it waited for it, the policy version that sampled
+        it (local rollouts: from the gate's lease; Atropos: its own `policy_lag` from the server's ledger), and
+        what else the producer knows of it."""
         self._pending_rollout_ms += rollout_ms
-        self._rollout_version = self._synced_version
+        self._rollout_version = self._synced_version if policy_version is None else policy_version
         self._pending_rollout_info = info
 
     # ---- sync ----------------------------------------------------------------------------------
@@ -189,6 +203,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             # a server lost during the push is brought back by the guard, whose restore IS this push
             result = self.guard.run("weight push", lambda: self._sync_now(step, last), redo=False)
         self.accelerator.wait_for_everyone()  # no rank generates before the push is done and verified
+        if not self.accelerator.is_main_process:
+            self.policy_gate.publish(step, self.weight_sync.generation_model)
         self._synced_version = step
         self._pending_sync = result
 
@@ -197,6 +213,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         result = None
         if last is None and not self.weight_sync.needs_initial_push:
             result = self._initial_check(model, step)
+            if result is not None:
+                self.policy_gate.publish(step, self.weight_sync.generation_model)
         if result is None:
             result = self._push(step, verify=self.grpo.verify_sync)
         if self.grpo.atropos is not None and not result.pushed:
@@ -217,7 +235,11 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         return result
 
     def _push(self, step: int, *, verify: bool) -> SyncResult:
-        result = self.weight_sync.push(step)
+        """Push (excluding every generation when the mode writes the served weights in place), publish the
+        version, verify it."""
+        with self.policy_gate.writing(self.weight_sync.writes_in_place):
+            result = self.weight_sync.push(step)
+            self.policy_gate.publish(step, self.weight_sync.generation_model)
         if verify:
             self.verifier.verify(self.accelerator.unwrap_model(self.model), self.weight_sync.generation_model,
                                  result)
@@ -244,6 +266,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
     def close_sync(self) -> None:
         if not self._closed:
             self._closed = True
+            if isinstance(self.data_producer, PrefetchingProducer):
+                with contextlib.suppress(Exception):
+                    self.data_producer.shutdown()  # no prefetched rollout outlives the run
             if self.atropos_producer is not None:
                 with contextlib.suppress(Exception):
                     self.atropos_producer.close()
@@ -295,6 +320,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             self._row_temperatures = None
 
     def _compute_deferred_scores(self, rollout: dict) -> dict:
+        if "_grpo_policy_version" in rollout:  # a local rollout is taken for training now (main thread)
+            self._pending_generate_ms += rollout.pop("_grpo_generate_ms")
+            self._on_rollout(rollout.pop("_grpo_wait_ms"), policy_version=rollout.pop("_grpo_policy_version"))
         with self._temperatures_of(rollout):
             return super()._compute_deferred_scores(rollout)
 
@@ -363,7 +391,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             "sync_mode": self.weight_sync.mode,
             "sync_ms": round(sync.sync_ms, 3) if sync else 0.0,
             "sync_logprob_diff": sync.logprob_diff if sync else None,
-            "rollout_ms": round(self._pending_rollout_ms, 3),
+            "rollout_ms": round(self._pending_rollout_ms, 3),  # the trainer's wait for rollouts
+            "generate_ms": round(self._pending_generate_ms, 3),  # generating them (overlapped when prefetched)
             "step_ms": round(step_ms, 3),
             "policy_lag": (step - 1 - self._rollout_version) if self._rollout_version is not None else None,
             "trainer_rss_mb": round(rss_mb(), 1),
@@ -377,6 +406,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             rec["server_outage_detail"] = outages
         rec.update(self._pending_rollout_info)  # Atropos: policy_lag from the ledger, batch, rejected groups
         self._pending_sync, self._pending_rollout_ms, self._step_losses = None, 0.0, []
+        self._pending_generate_ms = 0.0
         self._pending_rollout_info = {}
         return rec
 

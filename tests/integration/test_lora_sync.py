@@ -121,3 +121,39 @@ def test_same_name_reload_without_reset_is_caught(vllm_server, peft_trainer, pro
     client.load_lora_adapter(name, str(sync.adapter_dir / name), inplace=True)
     with pytest.raises(probe.SyncVerificationError, match="did NOT take effect"):
         verifier.verify(peft_trainer.model, name, SyncResult(step=1, sync_ms=1.0))
+
+
+def test_a_version_a_rollout_still_samples_with_is_not_unloaded_and_an_unloaded_one_is_refused(
+        vllm_server, peft_trainer, probe_ids, request):
+    """trl.async_prefetch: a prefetched rollout leases adapter version N while later pushes load N+1, N+2. The
+    leased version stays loaded (and keeps sampling with ITS weights) until the lease ends; once retired, a
+    request naming it is refused by the server, never silently served by another version (fault injected:
+    a request for the retired version)."""
+    from grpo_plugin.server.client import ServerError
+    from grpo_plugin.sync.gate import PolicyGate
+
+    _, client = vllm_server
+    gate = PolicyGate()
+    sync = LoraSync(client, adapter_name="t-lease", gate=gate, keep=2)
+    request.addfinalizer(sync.close)
+    sync.prepare(peft_trainer)
+    model = peft_trainer.model
+    perturb_lora(model, seed=11)
+    sync.push(0)
+    gate.publish(0, sync.generation_model)
+    v0_lps = client.prompt_logprobs(probe_ids, model=sync.generation_model)
+    with gate.lease() as lease:  # the prefetched rollout on version 0
+        for step in (1, 2):  # two pushes: keep=2 alone would retire version 0 at the second
+            perturb_lora(model, seed=20 + step)
+            sync.push(step)
+            gate.publish(step, sync.generation_model)
+        assert lease.model in client.models() and lease.model != sync.generation_model
+        # still version 0's weights under version 0's name
+        assert probe.logprob_diff(client.prompt_logprobs(probe_ids, model=lease.model), v0_lps)[0] < 1e-6
+        ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="lora_sync").verify(
+            model, sync.generation_model, SyncResult(step=2, sync_ms=0.0))
+    perturb_lora(model, seed=30)
+    sync.push(3)  # no lease left: version 0 is retired now
+    assert lease.model not in client.models()
+    with pytest.raises(ServerError, match="HTTP 404"):
+        client.generate([probe_ids], model=lease.model, n=1, max_tokens=2)

@@ -134,7 +134,7 @@ def _ipc(c: dict, vllm: dict | None = None, grpo: dict | None = None, **top) -> 
         (lambda c: c["trl"].update(vllm_lora_sync=True), "remove trl.vllm_lora_sync"),
         (lambda c: c["trl"].update(vllm_mode="colocate"), "trl.vllm_mode"),
         (lambda c: c["trl"].update(use_data_producer=False), "trl.use_data_producer: false"),
-        (lambda c: c["trl"].update(async_prefetch=True), "trl.async_prefetch: true is not supported"),
+        (lambda c: c["grpo"].update(sync_interval=4, max_policy_lag=1), "grpo.max_policy_lag: 1 is below"),
         (lambda c: c.update(rl="dpo"), "needs `rl: grpo`"),
     ],
 )
@@ -214,3 +214,10 @@ def test_every_mode_the_schema_accepts_has_a_builder():
     from grpo_plugin.sync import MODES
 
     assert set(MODES) == set(SYNC_MODES)
+
+
+def test_policy_lag_bound_defaults_to_one_or_what_the_sync_interval_implies():
+    assert GRPOSettings().policy_lag_bound == 1
+    assert GRPOSettings(sync_interval=8).policy_lag_bound == 7
+    assert GRPOSettings(max_policy_lag=0).policy_lag_bound == 0
+    assert GRPOSettings(sync_interval=3, max_policy_lag=4).policy_lag_bound == 4

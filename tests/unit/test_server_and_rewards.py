@@ -47,3 +47,11 @@ def test_port_in_use_is_a_clear_error_and_kills_nothing():
 def test_digit_reward_plain_and_chat():
     assert digit_fraction("a1b2") == 0.5 and digit_fraction("") == 0.0
     assert digit_reward(None, ["12", "ab", [{"role": "assistant", "content": "1a"}], None]) == [1.0, 0.0, 0.5, 0.0]
+
+
+def test_server_sampling_seed_follows_the_config_seed():
+    cfg = {"base_model": "m", "grpo": {"sync": "lora_sync"}, "adapter": "lora"}
+    assert "--seed" not in spec_from_cfg(cfg).command()  # no seed in the config: vLLM's own default
+    cmd = spec_from_cfg({**cfg, "seed": 7}).command()
+    assert cmd[cmd.index("--seed") + 1] == "7"
+    assert spec_from_cfg({**cfg, "seed": 8}).command()[cmd.index("--seed") + 1] == "8"

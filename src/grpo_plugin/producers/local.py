@@ -4,6 +4,11 @@ A DataProducer on axolotl's protocol (it reuses axolotl's GRPODataProducer for p
 sharding). `produce()` returns a *deferred* rollout: token ids, masks and the server's sampling logprobs;
 axolotl's trainer then computes rewards (`trl.reward_funcs`), group advantages, the policy logprobs and the
 vLLM importance-sampling ratio on the main thread, and TRL's loss trains on it.
+
+Every generation holds a lease on the policy gate (sync/gate.py): it samples with the version the lease pins
+(recorded in the rollout as `_grpo_policy_version`) and, for a rollout to be trained at step g, waits until the
+server holds at least version g - `grpo.max_policy_lag`. With `trl.async_prefetch` this runs in axolotl's
+background thread (producers/prefetch.py); the same code runs on the main thread otherwise.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ from grpo_plugin.producers.completion_tensors import rollout_tensors
 class LocalRolloutProducer(GRPODataProducer):
     """Generates each rollout on the vLLM server with the model the current WeightSync serves."""
 
-    def __init__(self, *args, client, weight_sync, on_rollout=None, **kwargs):
+    def __init__(self, *args, client, gate, max_policy_lag: int | None, lag_timeout: float, **kwargs):
         super().__init__(*args, **kwargs)
         self.client = client
-        self.weight_sync = weight_sync
-        self.on_rollout = on_rollout  # callback(rollout_ms: float) for metrics
+        self.gate = gate
+        self.max_policy_lag = max_policy_lag
+        self.lag_timeout = lag_timeout
 
     def _next_inputs(self) -> list[dict]:
         if self._prompt_dl is None:
@@ -49,19 +55,26 @@ class LocalRolloutProducer(GRPODataProducer):
         unique = [list(p) for p in prompt_ids[::g]]
 
         t0 = time.perf_counter()
-        # through the trainer's ServerGuard: a lost server is brought back with the current weights, and the
-        # rollout is generated again (the model name is read again: a new adapter version after a restore)
-        groups = trainer.guard.run("rollout", lambda: self.client.generate(
-            unique,
-            model=self.weight_sync.generation_model,
-            n=g,
-            max_tokens=trainer.max_completion_length,
-            temperature=trainer.temperature,
-            top_p=trainer.top_p,
-            top_k=trainer.top_k if trainer.top_k and trainer.top_k > 0 else None,
-            min_p=trainer.min_p,
-            repetition_penalty=trainer.repetition_penalty,
-        ))
+        min_version = None if self.max_policy_lag is None else global_step - self.max_policy_lag
+
+        def generate():
+            # one lease per attempt: a redo after a recovery samples with the version the restore published
+            with self.gate.lease(min_version, timeout=self.lag_timeout) as lease:
+                return lease.version, self.client.generate(
+                    unique,
+                    model=lease.model,
+                    n=g,
+                    max_tokens=trainer.max_completion_length,
+                    temperature=trainer.temperature,
+                    top_p=trainer.top_p,
+                    top_k=trainer.top_k if trainer.top_k and trainer.top_k > 0 else None,
+                    min_p=trainer.min_p,
+                    repetition_penalty=trainer.repetition_penalty,
+                )
+
+        # through the trainer's ServerGuard: on the main thread a lost server is brought back with the current
+        # weights and the rollout generated again; in the prefetch thread the failure reaches the main thread
+        version, groups = trainer.guard.run("rollout", generate)
         rollout_ms = (time.perf_counter() - t0) * 1e3
         completions_flat = [c for group in groups for c in group]
         completion_ids = [c.token_ids for c in completions_flat]
@@ -81,8 +94,6 @@ class LocalRolloutProducer(GRPODataProducer):
         n_tokens = torch.tensor(sum(len(c) for c in completion_ids), device=trainer.accelerator.device)
         if trainer.accelerator.num_processes > 1:
             n_tokens = trainer.accelerator.gather(n_tokens).sum()
-        if self.on_rollout is not None:
-            self.on_rollout(rollout_ms)
         output = {
             **tensors,
             "num_items_in_batch": n_tokens,
@@ -94,5 +105,10 @@ class LocalRolloutProducer(GRPODataProducer):
             "_deferred_completions": completions,
             "_deferred_completion_ids_list": completion_ids,
             "_rank0_only": False,
+            # read by the trainer when it consumes this rollout (main thread): which weights sampled it, how long
+            # generating took, how long the trainer waited for it (the prefetcher replaces the last)
+            "_grpo_policy_version": version,
+            "_grpo_generate_ms": rollout_ms,
+            "_grpo_wait_ms": rollout_ms,
         }
         return RolloutDataset(output)

@@ -72,6 +72,9 @@ class ServerSpec:
     max_lora_rank: int = 16
     max_loras: int = 2
     cpu_kv_cache_gb: int = 1
+    # the engine's sampling seed: the config's `seed`, so rollouts are reproducible for one seed and differ
+    # across seeds (vLLM's own default is a fixed 0 whatever the config says)
+    seed: int | None = None
     served_model_name: str | None = None  # name requests use; default: `model` (vLLM's default)
     tokenizer: str | None = None  # default: `model`
     worker_extension_cls: str | None = WORKER_EXTENSION
@@ -117,6 +120,8 @@ class ServerSpec:
             cmd.append("--no-enable-prefix-caching")
         if self.trust_remote_code:
             cmd.append("--trust-remote-code")
+        if self.seed is not None:
+            cmd += ["--seed", str(self.seed)]
         if self.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank),
                     "--max-loras", str(self.max_loras)]
@@ -370,6 +375,7 @@ def spec_from_cfg(cfg, **overrides) -> ServerSpec:
         trust_remote_code=bool(cfg.get("trust_remote_code")),
         enable_lora=(grpo.get("sync") or "lora_sync") == "lora_sync" and adapter in ("lora", "qlora"),
         max_lora_rank=lora_rank_for_vllm(int(cfg.get("lora_r") or 16)),
+        seed=int(cfg["seed"]) if cfg.get("seed") is not None else None,
         ipc=ipc,
         ipc_root=grpo.get("sync_dir") if ipc else None,
         ipc_gemm=grpo.get("ipc_gemm") or "onednn",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -137,8 +138,10 @@ class ServerGuard:
     # ---- the wrapper ----------------------------------------------------------------------------
     def run(self, during: str, call: Callable[[], Any], *, redo: bool = True) -> Any:
         """`call()`, surviving a lost server. `redo=False`: the restore IS the call (a weight push): its result
-        is returned instead of calling again."""
-        if not self.enabled:
+        is returned instead of calling again. Off the main thread (axolotl's prefetch thread) the call is made
+        as is: a restore reads the trainer's weights, which only the main thread may do (producers/prefetch.py
+        recovers there)."""
+        if not self.enabled or threading.current_thread() is not threading.main_thread():
             return call()
         while True:
             try:

@@ -5,21 +5,22 @@ from __future__ import annotations
 from grpo_plugin.sync.base import ProbeVerifier, SyncResult, WeightSync
 
 
-def _ipc(settings, client, shared: bool) -> WeightSync:
+def _ipc(settings, client, shared: bool, gate) -> WeightSync:
     from grpo_plugin.sync.ipc import IpcSync
 
     # ipc fences itself (the optimizer step is the write): it announces the policy version when shared
-    return IpcSync(client, fence=settings.ipc_fence, rpc_timeout=settings.request_timeout, announce=shared)
+    return IpcSync(client, fence=settings.ipc_fence, rpc_timeout=settings.request_timeout, announce=shared,
+                   gate=gate)
 
 
-def _lora_sync(settings, client, shared: bool) -> WeightSync:
+def _lora_sync(settings, client, shared: bool, gate) -> WeightSync:
     from grpo_plugin.sync.lora import LoraSync
 
-    return _fenced(LoraSync(client, adapter_name=settings.adapter_name, sync_dir=settings.sync_dir), settings,
-                   client, shared)
+    return _fenced(LoraSync(client, adapter_name=settings.adapter_name, sync_dir=settings.sync_dir, gate=gate,
+                            keep=settings.policy_lag_bound + 1), settings, client, shared)
 
 
-def _restart(settings, client, shared: bool) -> WeightSync:
+def _restart(settings, client, shared: bool, gate) -> WeightSync:
     from grpo_plugin.sync.restart import RestartSync
 
     return _fenced(RestartSync(client, strategy=settings.restart_strategy, sync_dir=settings.sync_dir,
@@ -39,10 +40,11 @@ def _fenced(sync, settings, client, shared: bool) -> WeightSync:
 MODES = {"ipc": _ipc, "lora_sync": _lora_sync, "restart": _restart}
 
 
-def build_weight_sync(settings, client) -> WeightSync:
+def build_weight_sync(settings, client, gate) -> WeightSync:
     """The mode's WeightSync. With grpo.atropos the environments generate on the server too: every write runs
-    inside the server fence and announces the policy version (sync/fence.py)."""
-    return MODES[settings.sync](settings, client, shared=settings.atropos is not None)
+    inside the server fence and announces the policy version (sync/fence.py). `gate`: the trainer's policy gate
+    (sync/gate.py), which lora_sync and ipc consult themselves."""
+    return MODES[settings.sync](settings, client, shared=settings.atropos is not None, gate=gate)
 
 
 __all__ = ["MODES", "ProbeVerifier", "SyncResult", "WeightSync", "build_weight_sync"]

@@ -39,6 +39,9 @@ class WeightSync(Protocol):
     # True when a push (re)starts the managed server itself (restart_strategy: process): a recovery then only
     # stops the lost server and lets the restoring push start it on the current weights.
     starts_server: bool
+    # True when a push (or, for ipc, an optimizer step) changes weights the server is computing with: the trainer
+    # then makes it wait for every generation in flight (sync/gate.py). False: the push serves a new name.
+    writes_in_place: bool
 
     @property
     def generation_model(self) -> str: ...

@@ -55,6 +55,7 @@ class FencedSync:
         self.mode = inner.mode
         self.needs_initial_push = inner.needs_initial_push
         self.starts_server = inner.starts_server
+        self.writes_in_place = inner.writes_in_place
 
     @property
     def generation_model(self) -> str:

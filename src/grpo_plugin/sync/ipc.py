@@ -41,6 +41,7 @@ from grpo_plugin.sync.base import (
     require_worker_extension,
 )
 from grpo_plugin.sync.fence import ServerFence
+from grpo_plugin.sync.gate import PolicyGate
 
 LOG = logging.getLogger("grpo_plugin")
 MANIFEST_METHOD = "grpo_ipc_manifest"
@@ -51,8 +52,10 @@ class IpcSync:
     mode = "ipc"
     needs_initial_push = False  # the server computes with the trainer's own tensors from the start
     starts_server = False
+    writes_in_place = True  # a re-attach copies weights in; every optimizer step writes them (gate in _StepFence)
 
-    def __init__(self, client, *, fence: str = "trainer", rpc_timeout: float = 300.0, announce: bool = False):
+    def __init__(self, client, *, fence: str = "trainer", rpc_timeout: float = 300.0, announce: bool = False,
+                 gate: PolicyGate | None = None):
         """`announce`: tell the server the policy version after every step, inside the server fence (the
         Atropos producer looks up which version generated each sequence)."""
         if fence not in FENCES:
@@ -60,6 +63,7 @@ class IpcSync:
         if announce and fence != "server":
             raise ValueError("ipc: announcing policy versions needs grpo.ipc_fence: server")
         self.client, self.fence, self.rpc_timeout, self.announce = client, fence, rpc_timeout, announce
+        self.gate = gate or PolicyGate()
         self._reset = PrefixCacheReset(client, "ipc")
         self._server_fence = ServerFence(client, "ipc")
         self._blocked_ms = 0.0  # trainer time spent on fencing since the last push
@@ -230,8 +234,21 @@ class _StepFence(TrainerCallback):
     def __init__(self, sync: IpcSync):
         self.sync = sync
 
+    """Around every optimizer step: no generation in flight (a prefetched rollout finishes first, none starts),
+    the fence of `grpo.ipc_fence`, and the new version published before generation may go on."""
+
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self.sync.before_step()
+        self.sync.gate.begin_write()
+        try:
+            self.sync.before_step()
+        except BaseException:
+            self.sync.gate.end_write()
+            raise
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        self.sync.after_step(state.global_step + 1)  # the Trainer counts the step right after this callback
+        version = state.global_step + 1  # the Trainer counts the step right after this callback
+        try:
+            self.sync.after_step(version)
+            self.sync.gate.publish(version, self.sync.generation_model)
+        finally:
+            self.sync.gate.end_write()

@@ -4,7 +4,9 @@ Per push: the adapter tensors (only those, a few MB at most) are written as one 
 version directory on fast storage (/dev/shm where present), and the server loads it under a NEW name,
 `<adapter_name>-v<N>`, through vLLM's own `/v1/load_lora_adapter`; generation requests name that version. The
 version before it stays loaded (a request admitted just before the push may still name it); the one before that
-is unloaded and its directory removed.
+is unloaded and its directory removed — once no rollout holds a lease on it (sync/gate.py; with
+`trl.async_prefetch` a prefetched rollout may still sample with it): a busy version is retired at a later push.
+`keep` versions stay loaded: `grpo.max_policy_lag` + 1, at least 2.
 
 Why a new name per version and not a reload in place: vLLM re-reads an adapter that was reloaded in place from
 disk on every request (vLLM PR #41482), and it keys its prefix cache on the adapter, so a new name also makes the
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.sync.base import SyncResult
+from grpo_plugin.sync.gate import PolicyGate
 from grpo_plugin.sync.storage import SyncDir
 
 LOG = logging.getLogger("grpo_plugin")
@@ -32,11 +35,14 @@ class LoraSync:
     mode = "lora_sync"
     needs_initial_push = True  # the adapter must exist on the server before the first rollout
     starts_server = False
-    keep = 2  # versions loaded at once: the newest, and the one requests admitted before the push may name
+    writes_in_place = False  # every push is a new adapter name; rollouts on older versions go on
 
-    def __init__(self, client, *, adapter_name: str, sync_dir: str | None = None):
+    def __init__(self, client, *, adapter_name: str, sync_dir: str | None = None, gate: PolicyGate | None = None,
+                 keep: int = 2):
         self.client = client
         self.adapter_name = adapter_name
+        self.gate = gate or PolicyGate()
+        self.keep = max(2, keep)  # versions loaded at once: the newest, and those rollouts may still sample with
         self.storage = SyncDir("lora", sync_dir)
         self._model = None
         self._tensors = None
@@ -110,8 +116,10 @@ class LoraSync:
             shutil.rmtree(target, ignore_errors=True)
             raise
         self._loaded.append(name)
-        while len(self._loaded) > self.keep:
-            self._retire(self._loaded.pop(0))
+        for old in self._loaded[: -self.keep]:
+            if not self.gate.in_use(old):  # a rollout still sampling with it keeps it until a later push
+                self._loaded.remove(old)
+                self._retire(old)
         return SyncResult(step=step, sync_ms=(time.perf_counter() - t0) * 1e3)
 
     def server_restarted(self) -> None:

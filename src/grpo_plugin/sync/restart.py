@@ -147,6 +147,7 @@ class _ProcessRestart:
 
 class RestartSync:
     mode = "restart"
+    writes_in_place = True  # reload: the served weights change; process: the server itself is replaced
 
     def __init__(self, client, *, strategy: str = "reload", sync_dir: str | None = None,
                  server: Callable[[], object] | None = None, rpc_timeout: float = 300.0,

@@ -1,0 +1,50 @@
+"""`trl.async_prefetch: true`: axolotl's own `AsyncDataProducer` generates the next rollout(s) in a background
+thread while the trainer trains on the current one (`trl.prefetch_depth` of them ahead).
+
+What this subclass adds for the plugin:
+- the time the trainer really WAITED for a rollout (`_grpo_wait_ms`), not the time generating it took;
+- a server lost under a prefetched rollout is recovered on the main thread: the background thread never
+  restarts the server nor reads the trainer's weights (the optimizer may be writing them). The queued rollouts are
+  dropped (they may have been sampled by the lost server), the guard restarts the server and restores the
+  trainer's current weights, this step's rollout is generated again, and prefetching starts over.
+
+Ordering against weight writes is the policy gate's job (sync/gate.py), not this class's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from axolotl.core.trainers.grpo.async_trainer import AsyncDataProducer
+
+
+class PrefetchingProducer(AsyncDataProducer):
+    def __init__(self, inner, *, guard, background_produce_kwargs: dict | None = None):
+        super().__init__(inner, background_produce_kwargs=background_produce_kwargs)
+        self.guard = guard
+
+    def produce(self, model, global_step: int, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            dataset = super().produce(model, global_step, **kwargs)
+        except Exception as exc:
+            why = self.guard.is_lost(exc) if self.guard.enabled else None
+            if why is None:
+                raise
+            self._drop_queue()
+            self.guard.recover("rollout", why)
+            dataset = super().produce(model, global_step, **kwargs)  # this step synchronously, then prefetch again
+        dataset._data["_grpo_wait_ms"] = (time.perf_counter() - t0) * 1e3
+        return dataset
+
+    def _drop_queue(self) -> None:
+        """Forget the queued rollouts; wait for the one being generated (its lease must end before a restore
+        writes weights) — on a lost server it fails fast or is abandoned by the client's watch."""
+        queued, self._queue = list(self._queue), type(self._queue)()
+        for future in queued:
+            future.cancel()
+        for future in queued:
+            with contextlib.suppress(Exception):
+                future.result()
+        self._initialized = False

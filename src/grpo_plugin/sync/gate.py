@@ -1,0 +1,110 @@
+"""Which weights the server generates with, and who may change them while it does.
+
+One `PolicyGate` per trainer, shared by the producer (generation, possibly in axolotl's background prefetch thread)
+and the trainer's writes (main thread):
+
+- `publish(version, model)`: the server now computes with the weights of optimizer step `version`, served under
+  the name `model` (a new adapter name per lora_sync version; the base model's name otherwise).
+- `lease(min_version)`: a rollout holds a lease for its whole generation. It waits until `min_version` is published
+  (the producer's `grpo.max_policy_lag` bound), and pins the version and name it samples with: every completion
+  knows which weights produced it.
+- `writing()`: a write to weights the server computes with in place (a restart reload, an ipc optimizer step, a
+  process restart). It waits until every lease has ended and admits no new one until it is done, so no write ever
+  overlaps a generation. lora_sync never writes in place (a push loads a new name): it asks `in_use(name)` before
+  it unloads an old version instead.
+
+Without prefetch all of this is uncontended (one thread): nothing waits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+class PolicyLagTimeout(RuntimeError):
+    """A rollout waited too long for the policy version `grpo.max_policy_lag` requires."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    version: int
+    model: str
+
+
+class PolicyGate:
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._version: int | None = None
+        self._model: str | None = None
+        self._leases: Counter[str] = Counter()  # model name -> rollouts generating with it now
+        self._writing = False
+        self._writers_waiting = 0
+
+    @property
+    def version(self) -> int | None:
+        return self._version
+
+    def publish(self, version: int, model: str) -> None:
+        with self._cond:
+            self._version, self._model = version, model
+            self._cond.notify_all()
+
+    @contextmanager
+    def lease(self, min_version: int | None = None, timeout: float | None = None):
+        """Hold the published version for one generation. Writers waiting go first (a push is never starved
+        by a stream of rollouts)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while (self._version is None or self._writing or self._writers_waiting
+                   or (min_version is not None and self._version < min_version)):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise PolicyLagTimeout(
+                        f"a rollout waited {timeout:.0f} s for policy version {min_version} (grpo.max_policy_lag); "
+                        f"the server holds version {self._version}")
+                self._cond.wait(left)
+            lease = Lease(self._version, self._model)
+            self._leases[lease.model] += 1
+        try:
+            yield lease
+        finally:
+            with self._cond:
+                self._leases[lease.model] -= 1
+                if self._leases[lease.model] <= 0:
+                    del self._leases[lease.model]
+                self._cond.notify_all()
+
+    def in_use(self, model: str) -> bool:
+        with self._cond:
+            return self._leases[model] > 0
+
+    def begin_write(self) -> None:
+        with self._cond:
+            self._writers_waiting += 1
+            try:
+                while self._writing or self._leases:
+                    self._cond.wait()
+            finally:
+                self._writers_waiting -= 1
+            self._writing = True
+
+    def end_write(self) -> None:
+        with self._cond:
+            self._writing = False
+            self._cond.notify_all()
+
+    @contextmanager
+    def writing(self, exclusive: bool = True):
+        """Exclusive of every generation (`exclusive=False`: a no-op, for writes that never touch served weights)."""
+        if not exclusive:
+            yield
+            return
+        self.begin_write()
+        try:
+            yield
+        finally:
+            self.end_write()
