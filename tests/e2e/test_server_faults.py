@@ -243,3 +243,23 @@ def test_restarts_exhausted_saves_a_checkpoint_that_resumes_with_a_verified_firs
     assert recs[:trained] == run1[:trained]
     first = recs[trained]  # the resumed run's first step: the checkpoint's weights pushed and verified first
     assert first["sync_pushed"] and first["sync_logprob_diff"] <= TOL, first
+
+
+def test_async_prefetch_survives_a_killed_managed_server(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    """trl.async_prefetch: kill -9 while a rollout is prefetched in the background. The main thread recovers
+    (the background thread never restores weights), the stale prefetched rollouts are dropped, every step is
+    trained once, every version verified, the lag bound held."""
+    steps = 16
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps, trl={"async_prefetch": True},
+                           grpo={"server_hang_timeout": 10, "server_timeout": 240})
+    log = tmp_path / "train.log"
+    proc = _start_train(path, log)
+    try:
+        _wait_step(cfg, 5, proc, log)
+        _server_of(proc).send_signal(signal.SIGKILL)
+    finally:
+        text = _finish(proc, log)
+    assert proc.returncode == 0, text[-6000:]
+    recs = _assert_complete_and_verified(cfg, steps, outages=1)
+    assert all(r["policy_lag"] is not None and 0 <= r["policy_lag"] <= 1 for r in recs), [r["policy_lag"] for r in recs]
+    assert "recovered in" in text

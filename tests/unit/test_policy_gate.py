@@ -64,15 +64,13 @@ def test_lease_waits_for_the_version_the_lag_bound_needs():
     gate.publish(5, "base")
     t.join(5)
     assert got["value"] == 5
-    with pytest.raises(PolicyLagTimeout, match="policy version 9"):
-        with gate.lease(min_version=9, timeout=0.1):
-            pass
+    with pytest.raises(PolicyLagTimeout, match="policy version 9"), gate.lease(min_version=9, timeout=0.1):
+        pass
 
 
 def test_an_exclusive_false_write_does_not_wait():
     gate = PolicyGate()
     gate.publish(0, "a")
-    with gate.lease():
-        with gate.writing(exclusive=False):
-            gate.publish(1, "b")
+    with gate.lease(), gate.writing(exclusive=False):
+        gate.publish(1, "b")
     assert gate.version == 1

@@ -5,11 +5,14 @@ ONE run on the same machine:
     python -m grpo_plugin.bench sync --mode restart [--sizes tiny,100m] [--repeats 20] [--json] (bench/restart.py)
     python -m grpo_plugin.bench ipc [--sizes tiny,100m] [--repeats 20] [--eager-only] [--json]  (bench/ipc.py)
     python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--spool DIR] [--json] (bench/atropos.py)
+    python -m grpo_plugin.bench e2e [--size 100m] [--steps 12] [--modes lora_sync,restart,ipc] [--json]
+                                                                                               (bench/e2e.py)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -38,29 +41,42 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--repeats", type=int, default=5)
     a.add_argument("--spool", default=None, help="also time the batches recorded in this atropos_spool dir")
     a.add_argument("--json", action="store_true", help="print one JSON object")
+    e = sub.add_parser("e2e", help="axolotl train steps/s per mode, sync vs async_prefetch, vs stock HF generation")
+    e.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
+    e.add_argument("--steps", type=int, default=12, help="optimizer steps per run")
+    e.add_argument("--modes", default="lora_sync,restart,ipc")
+    e.add_argument("--completion-len", type=int, default=32, help="trl.max_completion_length")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
-    if args.cmd == "atropos":
-        from grpo_plugin.bench import atropos as bench
-
-        out = bench.run([x for x in args.shapes.split(",") if x], args.repeats, args.spool)
-    elif args.cmd == "ipc":
-        from grpo_plugin.bench import ipc as bench
-
-        out = bench.run([x for x in args.sizes.split(",") if x], args.repeats, compiled=not args.eager_only)
-    elif args.mode == "restart":
-        from grpo_plugin.bench import restart as bench
-
-        out = bench.run([x for x in args.sizes.split(",") if x], args.repeats, args.process_repeats,
-                        args.axolotl_repeats, args.port)
-    else:
-        from grpo_plugin.bench import lora as bench
-
-        out = bench.run(args.mode, args.model, args.repeats, args.lora_r, args.port)
+    bench = _module(args)
+    # libraries print banners on stdout when imported (deepspeed's accelerator line): stdout is the report's
+    with contextlib.redirect_stdout(sys.stderr):
+        out = _run(bench, args)
     if args.json:
         print(json.dumps(out))
     else:
         bench.report(out)
     sys.stdout.flush()
+
+
+def _module(args):
+    import importlib
+
+    name = args.cmd if args.cmd != "sync" else ("restart" if args.mode == "restart" else "lora")
+    return importlib.import_module(f"grpo_plugin.bench.{name}")
+
+
+def _run(bench, args) -> dict:
+    if args.cmd == "e2e":
+        return bench.run(args.size, args.steps, [x for x in args.modes.split(",") if x], args.completion_len)
+    if args.cmd == "atropos":
+        return bench.run([x for x in args.shapes.split(",") if x], args.repeats, args.spool)
+    if args.cmd == "ipc":
+        return bench.run([x for x in args.sizes.split(",") if x], args.repeats, compiled=not args.eager_only)
+    if args.mode == "restart":
+        return bench.run([x for x in args.sizes.split(",") if x], args.repeats, args.process_repeats,
+                         args.axolotl_repeats, args.port)
+    return bench.run(args.mode, args.model, args.repeats, args.lora_r, args.port)
 
 
 if __name__ == "__main__":

@@ -23,18 +23,26 @@ class PrefetchingProducer(AsyncDataProducer):
     def __init__(self, inner, *, guard, background_produce_kwargs: dict | None = None):
         super().__init__(inner, background_produce_kwargs=background_produce_kwargs)
         self.guard = guard
+        self._outages_seen = 0
 
     def produce(self, model, global_step: int, **kwargs):
         t0 = time.perf_counter()
         try:
             dataset = super().produce(model, global_step, **kwargs)
         except Exception as exc:
-            why = self.guard.is_lost(exc) if self.guard.enabled else None
-            if why is None:
+            if not self.guard.enabled:
+                raise
+            why = self.guard.is_lost(exc)
+            # failed on a server that was replaced meanwhile (the main thread recovered it during a push): the
+            # new server is healthy, so the failure is stale, not a real error; the queue goes, nothing to recover
+            stale = why is None and len(self.guard.outages) > self._outages_seen
+            if why is None and not stale:
                 raise
             self._drop_queue()
-            self.guard.recover("rollout", why)
+            if why is not None:
+                self.guard.recover("rollout", why)
             dataset = super().produce(model, global_step, **kwargs)  # this step synchronously, then prefetch again
+        self._outages_seen = len(self.guard.outages) if self.guard is not None else 0
         dataset._data["_grpo_wait_ms"] = (time.perf_counter() - t0) * 1e3
         return dataset
 

@@ -1,0 +1,77 @@
+"""producers/prefetch.py on axolotl's real AsyncDataProducer: what a failed prefetched rollout leads to.
+The inner producer and the guard are stand-ins (the faults are injected there); the prefetch logic is real."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from axolotl.core.trainers.grpo.async_trainer import ProducerConfig, RolloutDataset
+
+from grpo_plugin.producers.prefetch import PrefetchingProducer
+
+
+class _Inner:
+    """Produces a one-row rollout per step; `fail_steps`: steps whose production raises `error` (in the
+    background thread, like a request to a dead server)."""
+
+    def __init__(self, fail_steps=(), error=None):
+        self.config = ProducerConfig(async_prefetch=True, prefetch_depth=1)
+        self.fail_steps, self.error = set(fail_steps), error
+        self.calls: list[tuple[int, bool]] = []  # (step, on the main thread)
+
+    def produce(self, model, global_step, **kwargs):
+        self.calls.append((global_step, threading.current_thread() is threading.main_thread()))
+        if global_step in self.fail_steps:
+            self.fail_steps.discard(global_step)
+            raise self.error
+        return RolloutDataset({"x": torch.tensor([float(global_step)])})
+
+
+class _Guard:
+    enabled = True
+
+    def __init__(self, lost: bool):
+        self.lost, self.outages, self.recovered = lost, [], 0
+
+    def is_lost(self, exc):
+        return "server gone" if self.lost else None
+
+    def recover(self, during, why):
+        self.recovered += 1
+        self.outages.append(why)
+
+
+def _steps(producer, n):
+    out = []
+    for step in range(n):
+        ds = producer.produce(None, step)
+        assert ds._data["_grpo_wait_ms"] >= 0
+        out.append(int(ds._data["x"][0]))
+    producer.shutdown()
+    return out
+
+
+def test_a_rollout_lost_with_its_server_is_recovered_on_the_main_thread_and_produced_again():
+    inner, guard = _Inner(fail_steps={2}, error=ConnectionError("boom")), _Guard(lost=True)
+    assert _steps(PrefetchingProducer(inner, guard=guard), 4) == [0, 1, 2, 3]  # every step gets its own rollout
+    assert guard.recovered == 1
+    assert (2, True) in inner.calls  # step 2 produced again on the main thread, after the recovery
+
+
+def test_a_failure_from_before_a_recovery_is_stale_not_an_error():
+    inner, guard = _Inner(fail_steps={2}, error=ConnectionError("old server")), _Guard(lost=False)
+    producer = PrefetchingProducer(inner, guard=guard)
+    assert [int(producer.produce(None, s)._data["x"][0]) for s in (0, 1)] == [0, 1]
+    guard.outages.append("a push recovered the server meanwhile")  # the main thread's own recovery
+    assert int(producer.produce(None, 2)._data["x"][0]) == 2
+    producer.shutdown()
+    assert guard.recovered == 0
+
+
+def test_a_real_error_with_a_healthy_server_is_raised():
+    inner, guard = _Inner(fail_steps={2}, error=ValueError("bad rollout")), _Guard(lost=False)
+    with pytest.raises(ValueError, match="bad rollout"):
+        _steps(PrefetchingProducer(inner, guard=guard), 4)
+    assert guard.recovered == 0
