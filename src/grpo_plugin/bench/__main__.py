@@ -7,6 +7,7 @@ ONE run on the same machine:
     python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--spool DIR] [--json] (bench/atropos.py)
     python -m grpo_plugin.bench e2e [--size 100m] [--steps 12] [--modes lora_sync,restart,ipc] [--json]
                                                                                                (bench/e2e.py)
+    python -m grpo_plugin.bench code [--problems 16] [--group 8] [--json]                       (bench/code.py)
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def main(argv: list[str] | None = None) -> None:
     e.add_argument("--modes", default="lora_sync,restart,ipc")
     e.add_argument("--completion-len", type=int, default=32, help="trl.max_completion_length")
     e.add_argument("--json", action="store_true", help="print one JSON object")
+    c = sub.add_parser("code", help="code reward: the sandbox vs a python process per test case, same batch")
+    c.add_argument("--problems", type=int, default=16, help="HumanEval problems in the batch")
+    c.add_argument("--group", type=int, default=8, help="completions per problem")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     bench = _module(args)
     # libraries print banners on stdout when imported (deepspeed's accelerator line): stdout is the report's
@@ -67,6 +72,8 @@ def _module(args):
 
 
 def _run(bench, args) -> dict:
+    if args.cmd == "code":
+        return bench.run(args.problems, args.group)
     if args.cmd == "e2e":
         return bench.run(args.size, args.steps, [x for x in args.modes.split(",") if x], args.completion_len)
     if args.cmd == "atropos":

@@ -1,0 +1,140 @@
+"""Code generation: dataset transforms and reward functions, by import path.
+
+    datasets:
+      - path: ./data/code/train.jsonl   # {"instruction": ..., "response": ..., "test_cases": ["assert ...", ...]}
+        ds_type: json
+        split: train
+        type: rewards.code_transform      # {"input", "output"} rows: rewards.code_input_output_transform
+    trl:
+      reward_funcs: [rewards.code.code_execution_reward, rewards.code.soft_format_reward]
+      reward_weights: [1.0, 0.1]
+
+Transforms (axolotl dataset-transform factories; top-level names, see rewards/__init__.py):
+- `code_transform`: `instruction` (+ optional `system`) -> a chat prompt; a multi-turn row (`follow_up`, with
+  `response` as the first answer and `follow_up_response` as the reference) becomes a chat that ends at the
+  follow-up. `test_cases` (a list of Python statements, or a JSON string of one) is kept for the reward;
+  `response` / `follow_up_response` are kept as `reference` (the dataset check runs them).
+- `code_input_output_transform`: the same for `{"input": ..., "output": ...}` rows.
+Your own fields: write a factory like these (docs/code.md#your-own-transform).
+
+Rewards (TRL's signature; completions as strings or as chat message lists):
+- `code_execution_reward(completions, test_cases, **kwargs)`: the code is the last fenced ```python block of the
+  completion (else the whole completion); the score is the fraction of the row's test cases that pass, each judged
+  on its own in the sandbox (grpo_plugin.sandbox: no network, no files outside a scratch dir, no processes, an
+  empty environment, time and memory limits, verdicts the program cannot forge, equality that fake objects cannot
+  pass). Never raises on bad input: a row without test cases, or code that does not parse, scores 0.0.
+- `soft_format_reward(completions, **kwargs)`: 1.0 when the completion has a fenced Python block that parses,
+  else 0.0.
+
+Sandbox limits from the environment of `axolotl train`: GRPO_SANDBOX_TIMEOUT_S (per test, default 2),
+GRPO_SANDBOX_MEMORY_MB (per program, default 2048), GRPO_SANDBOX_WORKERS (programs at once, default: the cores).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+
+from grpo_plugin.codedata.extract import (
+    PYTHON_TAGS,
+    as_test_list,
+    completion_text,
+    extract_code,
+    fenced_blocks,
+    parses,
+)
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an expert Python programmer. Answer with the complete solution in one ```python code block.")
+_MAX_CODE_CHARS = 50_000
+
+
+# ---- the sandbox, one per process ----------------------------------------------------------------------
+_SANDBOX = None
+_SANDBOX_LOCK = threading.Lock()
+
+
+def sandbox():
+    """This process's sandbox (started on first use, stopped at exit)."""
+    global _SANDBOX
+    with _SANDBOX_LOCK:
+        if _SANDBOX is None:
+            from grpo_plugin.sandbox import Limits, Sandbox
+
+            limits = Limits(wall_s=float(os.environ.get("GRPO_SANDBOX_TIMEOUT_S", 2.0)),
+                            memory_mb=int(os.environ.get("GRPO_SANDBOX_MEMORY_MB", 2048)))
+            workers = int(os.environ["GRPO_SANDBOX_WORKERS"]) if os.environ.get("GRPO_SANDBOX_WORKERS") else None
+            _SANDBOX = Sandbox(limits, workers=workers)
+            atexit.register(_SANDBOX.close)
+        return _SANDBOX
+
+
+# ---- rewards -------------------------------------------------------------------------------------------
+def score_programs(codes: list[str], tests: list[list[str] | None]) -> list[float]:
+    """Fraction of each program's tests that pass in the sandbox; 0.0 without tests or for code that does not
+    parse (not sent to the sandbox at all)."""
+    scores = [0.0] * len(codes)
+    batch = [(i, code, t) for i, (code, t) in enumerate(zip(codes, tests))
+             if t and len(code) <= _MAX_CODE_CHARS and parses(code)]
+    if batch:
+        results = sandbox().run([(code, t) for _, code, t in batch])
+        for (i, _, _), res in zip(batch, results):
+            scores[i] = res.score
+    return scores
+
+
+def code_execution_reward(completions, test_cases=None, **kwargs) -> list[float]:
+    """Fraction of the row's test cases the completion's code passes (docstring of this module)."""
+    n = len(completions)
+    rows = list(test_cases) if isinstance(test_cases, (list, tuple)) and len(test_cases) == n else [None] * n
+    return score_programs([extract_code(c) for c in completions], [as_test_list(t) for t in rows])
+
+
+def soft_format_reward(completions, **kwargs) -> list[float]:
+    """1.0 for a completion with a fenced Python block that parses, else 0.0."""
+    out = []
+    for c in completions:
+        blocks = [body for tag, body in fenced_blocks(completion_text(c)) if tag in (*PYTHON_TAGS, "")]
+        out.append(1.0 if blocks and parses(blocks[-1]) else 0.0)
+    return out
+
+
+# ---- dataset transforms --------------------------------------------------------------------------------
+def _system(cfg, dataset_idx: int) -> str:
+    if cfg is not None and hasattr(cfg, "get"):
+        ds_cfg = (cfg.get("datasets") or [{}])[dataset_idx] or {}
+        return ds_cfg.get("system_prompt") or DEFAULT_SYSTEM_PROMPT
+    return DEFAULT_SYSTEM_PROMPT
+
+
+def code_row(example: dict, system: str, prompt_key: str, response_key: str) -> dict:
+    """One dataset row -> {prompt (chat), test_cases (JSON list), reference}. Multi-turn rows end at the
+    follow-up; the reference is then the follow-up's response."""
+    prompt = [{"role": "system", "content": str(example.get("system") or system)},
+              {"role": "user", "content": str(example[prompt_key])}]
+    reference = example.get(response_key)
+    if example.get("follow_up"):
+        prompt += [{"role": "assistant", "content": str(example.get(response_key) or "")},
+                   {"role": "user", "content": str(example["follow_up"])}]
+        reference = example.get("follow_up_response")
+    tests = as_test_list(example.get("test_cases"))
+    # a JSON string column: one Arrow type whether a row has tests or not
+    return {"prompt": prompt, "test_cases": json.dumps(tests or []), "reference": str(reference or "")}
+
+
+def _factory(prompt_key: str, response_key: str):
+    def factory(cfg=None, dataset_idx: int = 0, **kwargs):
+        system = _system(cfg, dataset_idx)
+
+        def transform(example, tokenizer=None):
+            return code_row(example, system, prompt_key, response_key)
+
+        drop = [prompt_key, response_key, "follow_up", "follow_up_response", "system"]
+        return transform, {"remove_columns": drop}
+    return factory
+
+
+code_transform = _factory("instruction", "response")
+code_input_output_transform = _factory("input", "output")

@@ -1,0 +1,180 @@
+"""The trainer side of the sandbox: starts the fork server (zygote.py) once, sends it programs, collects verdicts.
+
+    sandbox = Sandbox(Limits(wall_s=2, memory_mb=2048))
+    results = sandbox.run([(code, ["assert f(1) == 2", ...]), ...])   # one ProgramResult per program
+    results[0].passed -> [True, False, ...]; results[0].score -> 0.5
+
+Programs of one call run in parallel (`workers`, default: this machine's cores). The fork server is started with
+an empty environment, without site-packages, tied to this process (it and every child die with it, even on
+SIGKILL), and checks at start what it needs from the machine: a failure is a `SandboxUnavailable` that says what
+is missing and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpo_plugin.sandbox.asserts import as_function
+
+ZYGOTE = Path(__file__).with_name("zygote.py")
+
+
+class SandboxError(RuntimeError):
+    """The fork server failed (it is restarted once per call before this is raised)."""
+
+
+class SandboxUnavailable(SandboxError):
+    """This machine cannot provide the isolation the sandbox promises."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_s: float = 2.0  # per test, and for running the program's own code before the tests
+    memory_mb: int = 2048  # address space of each program (RLIMIT_AS)
+    output_kb: int = 1024  # largest file a program may write, its stdout/stderr included (RLIMIT_FSIZE)
+
+    def to_json(self) -> dict:
+        return {"wall_s": float(self.wall_s), "memory_bytes": int(self.memory_mb) << 20,
+                "output_bytes": int(self.output_kb) << 10, "max_fd_scan": 1024}
+
+
+@dataclass
+class ProgramResult:
+    passed: list[bool]
+    detail: list[str] = field(default_factory=list)  # per test: "passed", the exception's name, or what ended it
+    output: str = ""  # the first KB of what the program printed (diagnostics only: never read for a verdict)
+
+    @property
+    def score(self) -> float:
+        return sum(self.passed) / len(self.passed) if self.passed else 0.0
+
+
+class Sandbox:
+    def __init__(self, limits: Limits | None = None, workers: int | None = None):
+        self.limits = limits or Limits()
+        self.workers = workers or len(os.sched_getaffinity(0))
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._scratch: tempfile.TemporaryDirectory | None = None
+        self._next_id = 0
+        self.isolation = ""
+        self._start()
+
+    # ---- the fork server ------------------------------------------------------------------------
+    def _start(self) -> None:
+        from grpo_plugin.server.tether import tethered
+
+        self._scratch = tempfile.TemporaryDirectory(prefix="grpo-sandbox-")
+        os.chmod(self._scratch.name, 0o700)
+        config = {"limits": self.limits.to_json(), "workers": self.workers, "scratch_root": self._scratch.name}
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - as long-lived as the fork server
+        self._proc = subprocess.Popen(  # noqa: S603
+            tethered([sys.executable, "-I", "-S", str(ZYGOTE), json.dumps(config)]),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env={}, start_new_session=True,
+            cwd=self._scratch.name)
+        hello = self._proc.stdout.readline()
+        try:
+            msg = json.loads(hello)
+        except ValueError:
+            msg = {"error": f"the fork server did not start: {self._stderr_tail() or hello!r}"}
+        if not msg.get("ready"):
+            self.close()
+            raise SandboxUnavailable(
+                f"the code sandbox cannot run on this machine: {msg.get('error')}. It needs a new network "
+                "namespace for the programs it runs: run as root, or enable unprivileged user namespaces "
+                "(`sysctl kernel.unprivileged_userns_clone=1`; in Docker/Podman: `--security-opt seccomp=unconfined`"
+                " or a runtime that allows user namespaces). See docs/code.md#what-the-sandbox-needs.")
+        self.isolation = msg["isolation"]
+        self.zygote_pid = msg["pid"]
+
+    def _stderr_tail(self) -> str:
+        try:
+            self._stderr.seek(0)
+            return self._stderr.read()[-2000:].decode(errors="replace")
+        except (OSError, ValueError):
+            return ""
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=10)  # it finishes what it runs, then exits
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- running programs -----------------------------------------------------------------------
+    def run(self, programs: list[tuple[str, list[str]]]) -> list[ProgramResult]:
+        """Run every program against its own tests; one ProgramResult each, in order. A test that does not parse
+        fails (detail 'SyntaxError in the test'); it never stops the others."""
+        jobs, bad = [], {}
+        for code, tests in programs:
+            compiled = []
+            for j, t in enumerate(tests):
+                try:
+                    compiled.append(as_function(str(t)))
+                except (SyntaxError, ValueError, TypeError, RecursionError):
+                    compiled.append(None)
+                    bad[(len(jobs), j)] = "SyntaxError in the test"
+            jobs.append({"code": str(code), "tests": compiled})
+        with self._lock:
+            try:
+                replies = self._exchange(jobs)
+            except SandboxError:
+                self.close()
+                self._start()  # once: a fork server that died is replaced, the batch run again
+                replies = self._exchange(jobs)
+        out = []
+        for k, rep in enumerate(replies):
+            detail = [bad.get((k, j), d) for j, d in enumerate(rep["detail"])]
+            out.append(ProgramResult(passed=list(rep["passed"]), detail=detail, output=rep.get("output", "")))
+        return out
+
+    def _exchange(self, jobs: list[dict]) -> list[dict]:
+        if self._proc is None or self._proc.poll() is not None:
+            raise SandboxError("the sandbox's fork server is not running")
+        first = self._next_id
+        self._next_id += len(jobs)
+        payload = "".join(json.dumps({"id": first + k, **job}) + "\n" for k, job in enumerate(jobs)).encode()
+        failed: list[BaseException] = []
+
+        def feed():  # a thread: the fork server answers while it is still being fed
+            try:
+                self._proc.stdin.write(payload)
+                self._proc.stdin.flush()
+            except (OSError, ValueError) as exc:
+                failed.append(exc)
+
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+        replies: dict[int, dict] = {}
+        while len(replies) < len(jobs):
+            line = self._proc.stdout.readline()
+            if not line:
+                raise SandboxError(f"the sandbox's fork server exited: {self._stderr_tail()}")
+            msg = json.loads(line)
+            replies[msg["id"] - first] = msg
+        writer.join()
+        if failed:
+            raise SandboxError(f"could not send programs to the fork server: {failed[0]}")
+        return [replies[k] for k in range(len(jobs))]

@@ -1,0 +1,188 @@
+"""The code sandbox (grpo_plugin.sandbox) on real programs: each attack class a policy learns against a weak reward,
+each limit, and HumanEval. Every attack test also runs the NAIVE runner (a fresh `python` per test case, no
+isolation, pass = exit status 0 and the harness's "PASSED" line) to show the attack is real: it fools that one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from grpo_plugin.sandbox import Limits, Sandbox
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(Limits(wall_s=1.0, memory_mb=512)) as sb:
+        yield sb
+
+
+def naive_passes(code: str, test: str, timeout: float = 10) -> bool:
+    """How many code rewards run tests: the program and one test in a fresh interpreter, judged by exit status
+    and what it printed."""
+    script = f"{code}\n{test}\nprint('PASSED')\n"
+    try:
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return out.returncode == 0 and "PASSED" in out.stdout
+
+
+def one(sandbox, code: str, tests: list[str]):
+    return sandbox.run([(textwrap.dedent(code), tests)])[0]
+
+
+WRONG = "def add(a, b):\n    return a - b\n"
+TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]
+
+ATTACKS = {
+    "prints PASSED, exit(0) before the tests": "import sys\nprint('PASSED')\nsys.exit(0)\n" + WRONG,
+    "os._exit(0) before the tests": "import os\nprint('PASSED', flush=True)\nos._exit(0)\n" + WRONG,
+    "atexit exits 0": WRONG + "import atexit, os\n"
+                              "atexit.register(lambda: (print('PASSED', flush=True), os._exit(0)))\n",
+    "fake equality": "class Yes(int):\n    def __eq__(self, o): return True\n    __hash__ = int.__hash__\n"
+                     "def add(a, b):\n    return Yes(0)\n",
+    "replaced builtins": WRONG + "import builtins\nbuiltins.AssertionError = KeyboardInterrupt\n"
+                                 "builtins.exec = lambda *a, **k: None\n",
+}
+
+
+@pytest.mark.parametrize("name", list(ATTACKS))
+def test_reward_hacks_fool_the_naive_runner_but_not_the_sandbox(sandbox, name):
+    code = ATTACKS[name]
+    if name != "replaced builtins":  # that one fools nothing: shown for the sandbox's own harness
+        assert all(naive_passes(code, t) for t in TESTS), f"{name}: the naive runner was not fooled"
+    res = one(sandbox, code, TESTS)
+    assert res.passed == [False, False], (name, res)
+
+
+def test_correct_code_passes_and_each_test_is_judged_on_its_own(sandbox):
+    res = one(sandbox, "def add(a, b):\n    if a == 2:\n        raise ValueError\n    return a + b\n",
+              TESTS + ["assert add(5, 5) == 10", "assert add(0, 0) == 1"])
+    assert res.passed == [True, False, True, False] and res.score == 0.5
+    assert res.detail[1] == "ValueError" and res.detail[3] == "AssertionError"
+
+
+def test_a_test_that_kills_its_process_fails_alone(sandbox):
+    code = "import os\ndef add(a, b):\n    if a == 2:\n        os._exit(0)\n    return a + b\n"
+    res = one(sandbox, code, TESTS + ["assert add(3, 4) == 7"])
+    assert res.passed == [True, False, True]  # the rest ran in a fresh child
+
+
+def test_crashing_the_interpreter_breaks_nothing_else(sandbox):
+    crash = "import sys\nsys.setrecursionlimit(10**8)\ndef add(a, b):\n    return add(a, b)\n"
+    good = "def add(a, b):\n    return a + b\n"
+    res = sandbox.run([(crash, TESTS), (good, TESTS)])
+    assert res[0].passed == [False, False] and res[1].passed == [True, True]
+
+
+def test_time_limit(sandbox):
+    t0 = time.monotonic()
+    res = one(sandbox, "def add(a, b):\n    while True:\n        pass\n",
+              ["assert add(1, 2) == 3", "assert 1 + 1 == 2"])
+    assert res.passed == [False, True] and "timed out" in res.detail[0]
+    assert time.monotonic() - t0 < 10
+    res = one(sandbox, "import time\ntime.sleep(30)\n", ["assert True"])  # wall clock, not only CPU time
+    assert res.passed == [False] and "timed out" in res.detail[0]
+
+
+def test_memory_limit(sandbox):
+    res = one(sandbox, "x = bytearray(1024 * 1024 * 1024)\n", ["assert len(x) > 0"])  # 1 GiB > the 512 MiB limit
+    assert res.passed == [False] and "MemoryError" in res.detail[0]
+
+
+def test_no_processes_and_none_left_behind(sandbox):
+    attempts = [
+        "import os\nos.fork()\n",
+        "import subprocess\nsubprocess.Popen(['sleep', '100'], start_new_session=True)\n",
+        "import os\nos.system('sleep 100 &')\n",
+        "import os\nos.posix_spawn('/bin/sleep', ['sleep', '100'], {})\n",
+        "import multiprocessing\n",
+    ]
+    results = sandbox.run([(code, ["assert True"]) for code in attempts])
+    assert all(r.passed == [False] for r in results), results
+    assert psutil.Process(sandbox.zygote_pid).children(recursive=True) == []
+
+
+def test_cannot_signal_its_parents(sandbox):
+    res = one(sandbox, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", ["assert True"])
+    assert res.passed == [False]
+    assert psutil.pid_exists(sandbox.zygote_pid)
+    assert one(sandbox, "x = 1\n", ["assert x == 1"]).passed == [True]  # the fork server still serves
+
+
+def test_files_only_in_a_private_scratch_directory(sandbox, tmp_path):
+    outside = tmp_path / "owned.txt"
+    res = one(sandbox, f"open({str(outside)!r}, 'w').write('x')\n", ["assert True"])
+    assert res.passed == [False] and not outside.exists()
+    res = one(sandbox, "open('/etc/hostname').read()\n", ["assert True"])
+    assert res.passed == [False]
+    inside = "import os\nopen('notes.txt', 'w').write('ok')\ncwd = os.getcwd()\n"
+    res = one(sandbox, inside, ["assert open('notes.txt').read() == 'ok'"])
+    assert res.passed == [True]
+    assert os.listdir(sandbox._scratch.name) == []  # every scratch directory was removed
+
+
+def test_no_network(sandbox):
+    attempts = ["import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)\n",
+                "import urllib.request\nurllib.request.urlopen('http://127.0.0.1:1', timeout=1)\n"]
+    assert all(r.passed == [False] for r in sandbox.run([(c, ["assert True"]) for c in attempts]))
+
+
+def test_an_empty_environment_and_no_way_to_the_trainers(monkeypatch):
+    monkeypatch.setenv("GRPO_TEST_SECRET", "hunter2")
+    with Sandbox(Limits(wall_s=1.0)) as sb:  # started with the secret in this process's environment
+        res = sb.run([
+            ("import os\nenv = dict(os.environ)\n", ["assert env == {}"]),
+            (f"data = open('/proc/{os.getpid()}/environ', 'rb').read()\n", ["assert b'hunter2' in data"]),
+            ("data = open('/proc/self/environ', 'rb').read()\n", ["assert True"]),
+        ])
+    assert [r.passed for r in res] == [[True], [False], [False]]
+
+
+def test_introspection_to_find_the_harness_is_refused(sandbox):
+    probes = ["import gc\ngc.get_objects()\n", "import sys\nsys._getframe(1)\n",
+              "try:\n    1/0\nexcept Exception as e:\n    e.__traceback__.tb_frame\n",
+              "import ctypes\n", "import sys\nsys.settrace(lambda *a: None)\n"]
+    assert all(r.passed == [False] for r in sandbox.run([(p, ["assert True"]) for p in probes]))
+
+
+def test_humaneval_canonical_solutions_score_one():
+    from grpo_plugin.codedata.humaneval import rows
+    from rewards.code import extract_code
+
+    problems = rows()
+    assert len(problems) >= 140
+    with Sandbox() as sb:
+        res = sb.run([(extract_code(p["response"]), p["test_cases"]) for p in problems])
+    failed = [(p["task_id"], r.detail) for p, r in zip(problems, res) if r.score != 1.0]
+    assert not failed, failed[:5]
+
+
+def test_broken_humaneval_solutions_score_what_a_trusted_runner_says():
+    """Canonical solutions with one line broken: the sandbox's per-test verdicts equal those of a trusted
+    one-process-per-test run (the code is not adversarial here, so the naive runner is the reference)."""
+    from grpo_plugin.codedata.humaneval import rows
+    from rewards.code import extract_code
+
+    broken = []
+    for p in rows()[:20]:
+        code = extract_code(p["response"])
+        if "return " not in code:
+            continue
+        head, _, tail = code.rpartition("return ")
+        broken.append((head + "return None and " + tail, p["test_cases"]))  # the last return gives None/falsy
+    with Sandbox() as sb:
+        res = sb.run(broken)
+    mismatches = []
+    for (code, tests), r in zip(broken, res):
+        trusted = [naive_passes(code, t) for t in tests]
+        if trusted != r.passed:
+            mismatches.append((code[-80:], trusted, r.passed))
+    assert not mismatches, mismatches[:3]
+    assert any(not all(r.passed) for r in res) and any(any(r.passed) for r in res)
