@@ -27,7 +27,7 @@ Rewards (TRL's signature; completions as strings or as chat message lists):
   else 0.0.
 
 Sandbox limits from the environment of `axolotl train`: GRPO_SANDBOX_TIMEOUT_S (per test, default 2),
-GRPO_SANDBOX_MEMORY_MB (per program, default 2048), GRPO_SANDBOX_WORKERS (programs at once, default: the cores).
+GRPO_SANDBOX_MEMORY_MB (per program, default 2048), GRPO_SANDBOX_WORKERS (programs at once, default: the cores + 1).
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@
     results = sandbox.run([(code, ["assert f(1) == 2", ...]), ...])   # one ProgramResult per program
     results[0].passed -> [True, False, ...]; results[0].score -> 0.5
 
-Programs of one call run in parallel (`workers`, default: this machine's cores). The fork server is started with
-an empty environment, without site-packages, tied to this process (it and every child die with it, even on
-SIGKILL), and checks at start what it needs from the machine: a failure is a `SandboxUnavailable` that says what
-is missing and what to do.
+Programs of one call run in parallel (`workers`, default: the cores this process may use + 1). The fork server
+is started with an empty environment, without site-packages, tied to this process (it and every child die with
+it, even on SIGKILL), and checks at start what it needs from the machine: a failure is a `SandboxUnavailable`
+that says what is missing and what to do.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ class ProgramResult:
 class Sandbox:
     def __init__(self, limits: Limits | None = None, workers: int | None = None):
         self.limits = limits or Limits()
-        self.workers = workers or len(os.sched_getaffinity(0))
+        # one more program than cores: the fork server itself (forking, reaping, verdicts) takes a share of a core
+        self.workers = workers or len(os.sched_getaffinity(0)) + 1
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._scratch: tempfile.TemporaryDirectory | None = None
