@@ -186,3 +186,27 @@ def test_broken_humaneval_solutions_score_what_a_trusted_runner_says():
             mismatches.append((code[-80:], trusted, r.passed))
     assert not mismatches, mismatches[:3]
     assert any(not all(r.passed) for r in res) and any(any(r.passed) for r in res)
+
+
+def test_killing_its_parent_breaks_a_naive_harness_but_not_the_sandbox(sandbox):
+    """The naive harness is the program's parent; the sandbox's children are the fork server's, and may not signal."""
+    code = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + WRONG
+    harness = ("import subprocess, sys\n"
+               f"r = subprocess.run([sys.executable, '-c', {code + TESTS[0]!r}])\n"
+               "print('VERDICT', r.returncode == 0)\n")
+    naive = subprocess.run([sys.executable, "-c", harness], capture_output=True, text=True, timeout=60)
+    assert naive.returncode == -9 and "VERDICT" not in naive.stdout  # the caller itself was killed
+    res = sandbox.run([(code, TESTS), ("def add(a, b):\n    return a + b\n", TESTS)])
+    assert res[0].passed == [False, False] and res[1].passed == [True, True]
+
+
+def test_a_machine_without_isolation_is_refused_with_what_to_do(monkeypatch, tmp_path):
+    """Fault injected: a fork server that reports it could not create a network namespace."""
+    import grpo_plugin.sandbox.host as host
+    from grpo_plugin.sandbox import SandboxUnavailable
+
+    stub = tmp_path / "zygote.py"
+    stub.write_text("import json\nprint(json.dumps({'error': 'no network isolation: unshare failed (EPERM)'}))\n")
+    monkeypatch.setattr(host, "ZYGOTE", stub)
+    with pytest.raises(SandboxUnavailable, match=r"unshare failed \(EPERM\).*unprivileged_userns_clone"):
+        Sandbox()
