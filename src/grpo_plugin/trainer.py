@@ -266,6 +266,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
     def close_sync(self) -> None:
         if not self._closed:
             self._closed = True
+            self.policy_gate.close()  # a prefetched rollout waiting for a version that will not come gives up
             if isinstance(self.data_producer, PrefetchingProducer):
                 with contextlib.suppress(Exception):
                     self.data_producer.shutdown()  # no prefetched rollout outlives the run

@@ -74,3 +74,20 @@ def test_an_exclusive_false_write_does_not_wait():
     with gate.lease(), gate.writing(exclusive=False):
         gate.publish(1, "b")
     assert gate.version == 1
+
+
+def test_closing_the_gate_ends_a_rollout_waiting_for_a_version_that_will_not_come():
+    """The run's last prefetched rollout may wait for a push that never happens (sync_interval > 1): at the end of
+    the run it must give up, or the interpreter waits for its thread at exit."""
+    from grpo_plugin.sync.gate import GateClosed
+
+    gate = PolicyGate()
+    gate.publish(8, "base")
+    t, got = _in_thread(lambda: gate.lease(min_version=9, timeout=60).__enter__())
+    time.sleep(0.2)
+    assert t.is_alive()
+    gate.close()
+    t.join(5)
+    assert not t.is_alive() and isinstance(got.get("error"), GateClosed)
+    with gate.lease() as lease:  # a version already there is still leased (a rollout in flight finishes)
+        assert lease.version == 8

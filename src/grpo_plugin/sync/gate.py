@@ -29,6 +29,10 @@ class PolicyLagTimeout(RuntimeError):
     """A rollout waited too long for the policy version `grpo.max_policy_lag` requires."""
 
 
+class GateClosed(RuntimeError):
+    """The run is over: no new generation starts (a prefetched rollout waiting for a version gives up)."""
+
+
 @dataclass(frozen=True)
 class Lease:
     version: int
@@ -43,6 +47,7 @@ class PolicyGate:
         self._leases: Counter[str] = Counter()  # model name -> rollouts generating with it now
         self._writing = False
         self._writers_waiting = 0
+        self._closed = False
 
     @property
     def version(self) -> int | None:
@@ -61,6 +66,8 @@ class PolicyGate:
         with self._cond:
             while (self._version is None or self._writing or self._writers_waiting
                    or (min_version is not None and self._version < min_version)):
+                if self._closed:
+                    raise GateClosed("the run is over; no new rollout is generated")
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise PolicyLagTimeout(
@@ -77,6 +84,14 @@ class PolicyGate:
                 if self._leases[lease.model] <= 0:
                     del self._leases[lease.model]
                 self._cond.notify_all()
+
+    def close(self) -> None:
+        """The run ends: wake every rollout still waiting for a version (the prefetch thread's last one may wait
+        for a push that never comes: with sync_interval > 1, or after the last step) so it ends instead of
+        holding the process at exit."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     def in_use(self, model: str) -> bool:
         with self._cond:
