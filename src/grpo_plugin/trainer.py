@@ -123,8 +123,6 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             starts_itself=self.weight_sync.starts_server,
             # one process restores the weights; with several ranks a lost server ends the run (checkpoints)
             enabled=self.accelerator.num_processes == 1)
-        if isinstance(self.data_producer, PrefetchingProducer):
-            self.data_producer.guard = self.guard
 
         tok = self.processing_class
         # axolotl 0.19's deferred scoring reads these (0.21 asks its tokenizer); TRL no longer sets them.
@@ -180,8 +178,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             lag_timeout=LAG_WAIT_S,
         )
         producer.set_trainer(self)
-        if args.async_prefetch:  # axolotl's background producer; the guard is attached once it exists
-            return PrefetchingProducer(producer, guard=None, background_produce_kwargs={"skip_policy_logps": True})
+        if args.async_prefetch:  # axolotl's background producer
+            return PrefetchingProducer(producer, background_produce_kwargs={"skip_policy_logps": True})
         return producer
 
     def _on_rollout(self, rollout_ms: float, policy_version: int | None = None, **info) -> None:
@@ -203,8 +201,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             # a server lost during the push is brought back by the guard, whose restore IS this push
             result = self.guard.run("weight push", lambda: self._sync_now(step, last), redo=False)
         self.accelerator.wait_for_everyone()  # no rank generates before the push is done and verified
-        if not self.accelerator.is_main_process:
-            self.policy_gate.publish(step, self.weight_sync.generation_model)
+        # every rank's producer may sample with this version now (a push already published it inside its write)
+        self.policy_gate.publish(step, self.weight_sync.generation_model)
         self._synced_version = step
         self._pending_sync = result
 
@@ -213,8 +211,6 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         result = None
         if last is None and not self.weight_sync.needs_initial_push:
             result = self._initial_check(model, step)
-            if result is not None:
-                self.policy_gate.publish(step, self.weight_sync.generation_model)
         if result is None:
             result = self._push(step, verify=self.grpo.verify_sync)
         if self.grpo.atropos is not None and not result.pushed:

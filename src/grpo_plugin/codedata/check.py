@@ -12,13 +12,14 @@ without test cases, which the execution reward scores 0 — do not fail the chec
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_plugin.codedata.extract import extract_code, parses
+from grpo_plugin.codedata.extract import extract_code
 from grpo_plugin.sandbox.asserts import harden
 
 FORMATS = (("instruction", "response"), ("input", "output"))
@@ -70,13 +71,11 @@ def inspect_row(line_no: int, text: str) -> tuple[RowReport, tuple[str, list[str
                 rep.errors.append(f"test {i} does not parse ({exc.__class__.__name__}: {exc}): {t[:80]!r}")
     if reference is not None:
         code = extract_code(reference)
-        if not parses(code):
-            try:
-                compile(code, "<reference>", "exec")
-            except SyntaxError as exc:
-                rep.errors.append(f"the reference's code does not parse (line {exc.lineno}: {exc.msg})")
-            else:
-                rep.errors.append("the reference's code does not parse")
+        try:
+            ast.parse(code)
+        except (SyntaxError, ValueError) as exc:  # one parse, which also says where
+            where = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, SyntaxError) else str(exc)
+            rep.errors.append(f"the reference's code does not parse ({where})")
             return rep, None
         if tests and len(tests) == len(raw_tests):
             return rep, (code, tests)

@@ -25,7 +25,7 @@ from grpo_plugin.producers.completion_tensors import rollout_tensors
 class LocalRolloutProducer(GRPODataProducer):
     """Generates each rollout on the vLLM server with the model the current WeightSync serves."""
 
-    def __init__(self, *args, client, gate, max_policy_lag: int | None, lag_timeout: float, **kwargs):
+    def __init__(self, *args, client, gate, max_policy_lag: int, lag_timeout: float, **kwargs):
         super().__init__(*args, **kwargs)
         self.client = client
         self.gate = gate
@@ -55,7 +55,7 @@ class LocalRolloutProducer(GRPODataProducer):
         unique = [list(p) for p in prompt_ids[::g]]
 
         t0 = time.perf_counter()
-        min_version = None if self.max_policy_lag is None else global_step - self.max_policy_lag
+        min_version = global_step - self.max_policy_lag
 
         def generate():
             # one lease per attempt: a redo after a recovery samples with the version the restore published

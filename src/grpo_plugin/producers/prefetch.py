@@ -20,10 +20,14 @@ from axolotl.core.trainers.grpo.async_trainer import AsyncDataProducer
 
 
 class PrefetchingProducer(AsyncDataProducer):
-    def __init__(self, inner, *, guard, background_produce_kwargs: dict | None = None):
+    def __init__(self, inner, *, background_produce_kwargs: dict | None = None):
         super().__init__(inner, background_produce_kwargs=background_produce_kwargs)
-        self.guard = guard
         self._outages_seen = 0
+
+    @property
+    def guard(self):
+        """The trainer's ServerGuard, as the inner producer reaches it (axolotl's `set_trainer`)."""
+        return self._inner._trainer.guard
 
     def produce(self, model, global_step: int, **kwargs):
         t0 = time.perf_counter()
@@ -42,7 +46,7 @@ class PrefetchingProducer(AsyncDataProducer):
             if why is not None:
                 self.guard.recover("rollout", why)
             dataset = super().produce(model, global_step, **kwargs)  # this step synchronously, then prefetch again
-        self._outages_seen = len(self.guard.outages) if self.guard is not None else 0
+        self._outages_seen = len(self.guard.outages)
         dataset._data["_grpo_wait_ms"] = (time.perf_counter() - t0) * 1e3
         return dataset
 

@@ -242,12 +242,11 @@ def _child(job: dict, start: int, nonce: str, w: int, scratch: str, limits: dict
 class _Run:
     """One child running job `job` from test `start`."""
 
-    def __init__(self, job, start, pid, r, scratch, nonce, limits):
+    def __init__(self, job, start, pid, r, scratch, nonce, wall_s: float):
         self.job, self.start, self.pid, self.r, self.scratch, self.nonce = job, start, pid, r, scratch, nonce
         self.buf = b""
         self.current: int | None = None  # test running now (None: defining the program)
-        self.deadline = time.monotonic() + limits["wall_s"]
-        self.limits = limits
+        self.deadline = time.monotonic() + wall_s
         self.done = False  # the harness reported the end (the program raised, or setup failed)
         self.defined = False  # the program's code ran to its end
 
@@ -273,7 +272,7 @@ class Zygote:
             os.close(r)
             _child(job, start, nonce, w, scratch, self.limits, self.readable)
         os.close(w)
-        run = _Run(job, start, pid, r, scratch, nonce, self.limits)
+        run = _Run(job, start, pid, r, scratch, nonce, self.limits["wall_s"])
         self.runs[r] = run
         self.sel.register(r, selectors.EVENT_READ, run)
 
@@ -323,6 +322,8 @@ class Zygote:
         job, res = run.job, self.results[run.job["id"]]
         n = len(job["tests"])
         reason = why or "the program ended the process"
+        if out and not res["output"]:
+            res["output"] = out[:1000]
         if not run.done:
             if not run.defined:  # died while defining the program: no test can run
                 for i in range(run.start, n):
@@ -331,16 +332,13 @@ class Zygote:
                 res["passed"][run.current], res["detail"][run.current] = False, reason
                 if run.current + 1 < n:
                     self.queue.insert(0, {**job, "_start": run.current + 1})
+                    return  # the job goes on: its verdicts are sent when its last child ends
         for i in range(run.start, n):
-            if res["passed"][i] is None and not any(q["id"] == job["id"] for q in self.queue):
+            if res["passed"][i] is None:
                 res["passed"][i], res["detail"][i] = False, res["detail"][i] or reason
-        if out and not res["output"]:
-            res["output"] = out[:1000]
-        self.maybe_reply(job["id"])
+        self.reply(job["id"])
 
-    def maybe_reply(self, job_id: int) -> None:
-        if any(r.job["id"] == job_id for r in self.runs.values()) or any(q["id"] == job_id for q in self.queue):
-            return
+    def reply(self, job_id: int) -> None:
         res = self.results.pop(job_id)
         res["passed"] = [bool(p) for p in res["passed"]]
         sys.stdout.write(json.dumps(res) + "\n")
@@ -350,7 +348,7 @@ class Zygote:
         n = len(job["tests"])
         self.results[job["id"]] = {"id": job["id"], "passed": [None] * n, "detail": [""] * n, "output": ""}
         if n == 0:
-            self.maybe_reply(job["id"])
+            self.reply(job["id"])
             return
         self.queue.append(job)
 
