@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.e2e.test_axolotl_train import BIN, env, gone, managed_pid, quickstart
+from tests.e2e.test_axolotl_train import gone, managed_pid, quickstart, train
 
 pytestmark = pytest.mark.e2e
 
@@ -32,8 +30,7 @@ def test_async_prefetch_learns_with_exact_bounded_policy_lag(mode, tmp_path, tin
     steps = 30 if mode != "restart_process" else 12
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=config, max_steps=steps,
                            trl={"async_prefetch": True}, grpo=grpo)
-    proc = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
-                          capture_output=True, timeout=900)
+    proc = train(path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
     out = Path(cfg["output_dir"])

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.e2e.test_axolotl_train import BIN, env, quickstart
+from tests.e2e.test_axolotl_train import quickstart, train
 
 pytestmark = pytest.mark.e2e
 
@@ -32,8 +30,7 @@ def test_code_rewards_train_through_axolotl(tmp_path, tiny_model_dir, tiny_data_
         micro_batch_size=16)
     cfg["datasets"] = [{"path": str(data), "ds_type": "json", "split": "train", "type": "rewards.code_transform"}]
     path.write_text(__import__("yaml").safe_dump(cfg))
-    proc = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
-                          capture_output=True, timeout=900)
+    proc = train(path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
     recs = [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
