@@ -40,7 +40,7 @@ from grpo_plugin.producers.prefetch import PrefetchingProducer
 from grpo_plugin.server.client import ServerError, VLLMServerClient
 from grpo_plugin.server.process import Progress, wait_until
 from grpo_plugin.server.recovery import ServerGuard, ServerUnrecoverable
-from grpo_plugin.sync import ProbeVerifier, SyncResult, build_weight_sync
+from grpo_plugin.sync import DeferredVerifier, ProbeVerifier, SyncResult, build_weight_sync
 from grpo_plugin.sync.base import SyncError
 from grpo_plugin.sync.gate import PolicyGate
 
@@ -129,6 +129,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.eos_token_id = tok.eos_token_id
         wait_for_server(self.vllm_server, self.grpo.server_timeout)
+        # before prepare(): a pending verification is finished before ipc's fence takes the gate for the step
+        self.add_callback(_FinishVerification(self))
         self.weight_sync.prepare(self)
         probe_ids = tok(self.grpo.probe_text, add_special_tokens=False)["input_ids"]
         unwrapped = self.accelerator.unwrap_model(self.model)
@@ -141,6 +143,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         max_len = min(lengths) if lengths else None
         self.verifier = ProbeVerifier(self.vllm_server, probe_ids, self.verify_tolerance, self.weight_sync.mode,
                                       max_len=max_len)
+        self.deferred = DeferredVerifier(self.verifier, self.policy_gate)
         self.metrics_writer = (
             MetricsWriter(self.args.output_dir) if self.grpo.metrics and self.accelerator.is_main_process
             else None
@@ -198,6 +201,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             return
         result = None
         if self.accelerator.is_main_process:  # one push per sync, whatever the number of ranks
+            self._finish_verification()  # (normally done already, before the last optimizer step)
             # a server lost during the push is brought back by the guard, whose restore IS this push
             result = self.guard.run("weight push", lambda: self._sync_now(step, last), redo=False)
         self.accelerator.wait_for_everyone()  # no rank generates before the push is done and verified
@@ -212,7 +216,10 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         if last is None and not self.weight_sync.needs_initial_push:
             result = self._initial_check(model, step)
         if result is None:
-            result = self._push(step, verify=self.grpo.verify_sync)
+            # generation overlapped with training: the probe's server half too. Synchronous runs keep it before
+            # the rollout: their rollouts are then reproducible (the probe never shares a batch with one)
+            defer = bool(self.args.async_prefetch) or self.grpo.atropos is not None
+            result = self._push(step, verify=self.grpo.verify_sync, defer=defer)
         if self.grpo.atropos is not None and not result.pushed:
             # verified, not pushed: the server already computes with these weights; a push announces its
             # version inside the sync fence instead
@@ -224,22 +231,45 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         and verify them with the probe (always, whatever verify_sync says: a recovered run must be provably on
         the trained weights)."""
         step = self.state.global_step
+        self.deferred.discard()  # the server it asked is gone; this push verifies the current weights itself
         self.weight_sync.server_restarted()
         result = self._push(step, verify=True)
         self._synced_version = step
         self._pending_sync = result
         return result
 
-    def _push(self, step: int, *, verify: bool) -> SyncResult:
+    def _push(self, step: int, *, verify: bool, defer: bool = False) -> SyncResult:
         """Push (excluding every generation when the mode writes the served weights in place), publish the
-        version, verify it."""
+        version, verify it: now, or (`defer`) with the server's half in the background while generation goes on
+        (sync/verify.py), finished by `_finish_verification`."""
         with self.policy_gate.writing(self.weight_sync.writes_in_place):
             result = self.weight_sync.push(step)
             self.policy_gate.publish(step, self.weight_sync.generation_model)
-        if verify:
+        if verify and defer:
+            self.deferred.start(result)
+        elif verify:
             self.verifier.verify(self.accelerator.unwrap_model(self.model), self.weight_sync.generation_model,
                                  result)
         return result
+
+    def _finish_verification(self) -> bool:
+        """Finish the pending verification of the last push (main thread, before the weights change again).
+        A mismatch raises SyncVerificationError. A server lost meanwhile is recovered like anywhere else (the
+        restore pushes and verifies the current weights on the new server) and the prefetched rollouts, which
+        the lost server may have sampled with the unverified version, are dropped: returns True then."""
+        if self.deferred.version is None:
+            return False
+        try:
+            self.deferred.finish(self.accelerator.unwrap_model(self.model))
+            return False
+        except Exception as exc:
+            why = self.guard.is_lost(exc) if self.guard.enabled else None
+            if why is None:
+                raise
+            self.guard.recover("verification of the pushed weights", why, redo=False)
+            if isinstance(self.data_producer, PrefetchingProducer):
+                self.data_producer._drop_queue()
+            return True
 
     def _initial_check(self, model, step: int) -> SyncResult | None:
         """The server started on the trainer's initial weights: verify instead of pushing. None (push) if the
@@ -271,6 +301,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
                     self.atropos_producer.close()
             with contextlib.suppress(Exception):
                 self.weight_sync.close()
+            self.deferred.close()
 
     # ---- scoring precision ----------------------------------------------------------------------
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
@@ -317,6 +348,13 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             self._row_temperatures = None
 
     def _compute_deferred_scores(self, rollout: dict) -> dict:
+        pending = self.deferred.version
+        if (pending is not None and rollout.get("_grpo_policy_version", -1) >= pending
+                and self._finish_verification()):
+            # sampled with the version whose verification the lost server never answered: sample it again
+            rollout = self.data_producer.produce(self.model, self.state.global_step,
+                                                 processing_class=self.processing_class,
+                                                 accelerator=self.accelerator, args=self.args)._data
         if "_grpo_policy_version" in rollout:  # a local rollout is taken for training now (main thread)
             self._pending_generate_ms += rollout.pop("_grpo_generate_ms")
             self._on_rollout(rollout.pop("_grpo_wait_ms"), policy_version=rollout.pop("_grpo_policy_version"))
@@ -406,6 +444,17 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self._pending_generate_ms = 0.0
         self._pending_rollout_info = {}
         return rec
+
+
+class _FinishVerification(TrainerCallback):
+    """No optimizer step while a published version is unverified: the pending verification of the last push is
+    finished before the update changes the weights it must be measured against."""
+
+    def __init__(self, trainer: GRPOPluginTrainer):
+        self.trainer = trainer
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.trainer._finish_verification()
 
 
 class _StepMetricsCallback(TrainerCallback):

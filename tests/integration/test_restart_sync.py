@@ -224,3 +224,48 @@ def test_process_restart_serves_new_weights_then_port_conflict_kills_nothing(ser
         for proc in holder:
             proc.kill()
             proc.wait()
+
+
+def test_deferred_verification_on_a_real_server_catches_a_reload_that_did_not_take(servers, probe_ids,
+                                                                                   monkeypatch, request):
+    """What the trainer runs after every push (sync/verify.py): the server half in the background on a lease of
+    the pushed version while generation goes on, the trainer half later. The same injected fault as above must
+    fail it; the real reload passes, with a rollout generated while the verification was under way."""
+    from grpo_plugin.sync import DeferredVerifier
+    from grpo_plugin.sync.gate import PolicyGate
+
+    _, client, model_dir = servers["tied"]
+    trainer = trainer_for(model_dir)
+    sync = RestartSync(client, strategy="reload")
+    request.addfinalizer(sync.close)
+    sync.prepare(trainer)
+    gate = PolicyGate()
+    deferred = DeferredVerifier(ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="restart"), gate)
+    request.addfinalizer(deferred.close)
+
+    def push(step):
+        with gate.writing():
+            result = sync.push(step)
+            gate.publish(step, sync.generation_model)
+        deferred.start(result)
+        return result
+
+    train_step(trainer.model, seed=21)
+    push(0)
+    assert deferred.version == 0
+    with gate.lease() as lease:  # a rollout samples with the new version while its verification runs
+        assert lease.version == 0
+        out = client.generate([probe_ids], model=lease.model, n=4, max_tokens=8, temperature=1.0)
+    assert len(out[0]) == 4
+    result = deferred.finish(trainer.model)
+    assert result.logprob_diff <= 1e-4 and not gate.in_use(sync.generation_model)
+
+    monkeypatch.setattr(sync.strategy, "apply", lambda weights_dir: (
+        client.collective_rpc("reload_weights", {"weights_path": weights_dir}), client.reset_prefix_cache(), {})[-1])
+    train_step(trainer.model, seed=22)
+    push(1)
+    with pytest.raises(probe.SyncVerificationError, match=r"grpo.sync=restart: weight sync at step 1 did NOT"):
+        deferred.finish(trainer.model)
+    monkeypatch.undo()
+    push(2)
+    assert deferred.finish(trainer.model).logprob_diff <= 1e-4

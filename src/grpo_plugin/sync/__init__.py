@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from grpo_plugin.sync.base import ProbeVerifier, SyncResult, WeightSync
+from grpo_plugin.sync.base import SyncResult, WeightSync
+from grpo_plugin.sync.verify import DeferredVerifier, ProbeVerifier
 
 
 def _ipc(settings, client, shared: bool, gate) -> WeightSync:
@@ -47,4 +48,4 @@ def build_weight_sync(settings, client, gate) -> WeightSync:
     return MODES[settings.sync](settings, client, shared=settings.atropos is not None, gate=gate)
 
 
-__all__ = ["MODES", "ProbeVerifier", "SyncResult", "WeightSync", "build_weight_sync"]
+__all__ = ["MODES", "DeferredVerifier", "ProbeVerifier", "SyncResult", "WeightSync", "build_weight_sync"]

@@ -9,13 +9,10 @@ The trainer owns the loop and calls, in order: `prepare(trainer)` once, then `pu
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
-
-from grpo_plugin import probe
 
 if TYPE_CHECKING:
     from grpo_plugin.server.client import VLLMServerClient
@@ -91,51 +88,6 @@ class PrefixCacheReset:
         with contextlib.suppress(Exception):  # a failed reset was already reported by wait(), or is moot now
             self.wait()
         self._pool.shutdown(wait=True)
-
-
-class ProbeVerifier:
-    """Compares the server's logprobs of a fixed probe with the trainer model's own forward pass.
-
-    Two checks, both must pass:
-    1. prompt logprobs of the probe tokens (every position; vLLM computes these without the prefix cache);
-    2. a seeded temperature-1 generation from the probe tiled past two KV blocks, scored token by token by the
-       trainer. This goes through the prefix cache like every rollout does, so KV computed with old weights
-       that survived the sync is caught (greedy tokens would be too confident to show it).
-    """
-
-    GEN_PROMPT_TOKENS = 288  # > 2 KV blocks on vLLM-CPU (block size 128), so the cached path is exercised
-    GEN_TOKENS = 8
-
-    def __init__(self, client: VLLMServerClient, probe_ids: list[int], tolerance: float, mode: str,
-                 max_len: int | None = None):
-        if len(probe_ids) < 2:
-            raise ValueError("the probe needs at least 2 tokens (grpo.probe_text)")
-        self.client, self.probe_ids, self.tolerance, self.mode = client, list(probe_ids), tolerance, mode
-        n = self.GEN_PROMPT_TOKENS if max_len is None else max(2, min(self.GEN_PROMPT_TOKENS,
-                                                                        max_len - self.GEN_TOKENS - 1))
-        self.gen_prompt = (self.probe_ids * (n // len(self.probe_ids) + 1))[:n]
-
-    def measure(self, model, server_model: str) -> tuple[float, float]:
-        server = self.client.prompt_logprobs(self.probe_ids, model=server_model)
-        mean1, max1 = probe.logprob_diff(server, probe.token_logprobs(model, self.probe_ids))
-        gen = self.client.generate([self.gen_prompt], model=server_model, n=1, max_tokens=self.GEN_TOKENS,
-                                   temperature=1.0, seed=1234)[0][0]
-        trainer = probe.token_logprobs(model, self.gen_prompt + gen.token_ids)[len(self.gen_prompt) - 1:]
-        mean2, max2 = probe.logprob_diff(gen.logprobs, trainer)
-        return max(mean1, mean2), max(max1, max2)
-
-    def measure_into(self, model, server_model: str, result: SyncResult) -> SyncResult:
-        """Measure and record the probe difference and its time in `result` (no tolerance check)."""
-        t0 = time.perf_counter()
-        result.logprob_diff, result.logprob_diff_max = self.measure(model, server_model)
-        result.verify_ms = (time.perf_counter() - t0) * 1e3
-        return result
-
-    def verify(self, model, server_model: str, result: SyncResult) -> SyncResult:
-        self.measure_into(model, server_model, result)
-        probe.check(result.logprob_diff, self.tolerance, mode=self.mode, step=result.step,
-                    detail=f"(max |Δ| {result.logprob_diff_max:.3g}, server model {server_model!r})")
-        return result
 
 
 class SyncError(RuntimeError):

@@ -7,7 +7,8 @@ and the trainer's writes (main thread):
   the name `model` (a new adapter name per lora_sync version; the base model's name otherwise).
 - `lease(min_version)`: a rollout holds a lease for its whole generation. It waits until `min_version` is published
   (the producer's `grpo.max_policy_lag` bound), and pins the version and name it samples with: every completion
-  knows which weights produced it.
+  knows which weights produced it. The post-push probe holds one too, from its thread (`acquire`/`release`):
+  the version it measures is neither overwritten nor unloaded before the server answered.
 - `writing()`: a write to weights the server computes with in place (a restart reload, an ipc optimizer step, a
   process restart). It waits until every lease has ended and admits no new one until it is done, so no write ever
   overlaps a generation. lora_sync never writes in place (a push loads a new name): it asks `in_use(name)` before
@@ -58,10 +59,10 @@ class PolicyGate:
             self._version, self._model = version, model
             self._cond.notify_all()
 
-    @contextmanager
-    def lease(self, min_version: int | None = None, timeout: float | None = None):
-        """Hold the published version for one generation. Writers waiting go first (a push is never starved
-        by a stream of rollouts)."""
+    def acquire(self, min_version: int | None = None, timeout: float | None = None) -> Lease:
+        """Pin the published version for one generation (or one probe); `release()` it when done, from any
+        thread. Waits until `min_version` is published; writers waiting go first (a push is never starved by a
+        stream of rollouts)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while (self._version is None or self._writing or self._writers_waiting
@@ -76,14 +77,23 @@ class PolicyGate:
                 self._cond.wait(left)
             lease = Lease(self._version, self._model)
             self._leases[lease.model] += 1
+            return lease
+
+    def release(self, lease: Lease) -> None:
+        with self._cond:
+            self._leases[lease.model] -= 1
+            if self._leases[lease.model] <= 0:
+                del self._leases[lease.model]
+            self._cond.notify_all()
+
+    @contextmanager
+    def lease(self, min_version: int | None = None, timeout: float | None = None):
+        """`acquire()` for the duration of a `with` block."""
+        lease = self.acquire(min_version, timeout)
         try:
             yield lease
         finally:
-            with self._cond:
-                self._leases[lease.model] -= 1
-                if self._leases[lease.model] <= 0:
-                    del self._leases[lease.model]
-                self._cond.notify_all()
+            self.release(lease)
 
     def close(self) -> None:
         """The run ends: wake every rollout still waiting for a version (the prefetch thread's last one may wait

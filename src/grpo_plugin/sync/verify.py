@@ -1,0 +1,157 @@
+"""Verifying a push by measurement: does the server compute with the trainer's weights? (the post-sync probe)
+
+Two checks, both within the tolerance:
+1. the server's prompt logprobs of the probe tokens (every position; vLLM computes these without the prefix cache);
+2. a seeded temperature-1 generation from the probe tiled past two KV blocks. It goes through the prefix cache
+   like every rollout does, so KV computed with old weights that survived the push is caught (greedy tokens
+   would be too confident to show it).
+
+A verification has a server half (`ProbeVerifier.ask`: the two requests) and a trainer half (`score`: ONE
+forward pass of the trainer's model over the generation's prompt and tokens, which starts with the probe, so it
+scores both checks). The trainer half needs the model to still hold the pushed weights.
+
+`DeferredVerifier` takes the server half off the trainer's path: it starts right after the push, in a thread,
+holding a lease on the pushed version (no in-place write and no unload of that version before the server
+answered, sync/gate.py), while the next rollout already samples with the new version. The trainer finishes it
+before it scores a rollout sampled with that version, and at the latest before the next optimizer step
+(trainer.py): no update is ever applied while a published version is unverified, and a push that did not take
+effect still fails the run before anything is trained on it.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from grpo_plugin import probe
+
+if TYPE_CHECKING:
+    from grpo_plugin.server.client import VLLMServerClient
+    from grpo_plugin.sync.base import SyncResult
+    from grpo_plugin.sync.gate import Lease, PolicyGate
+
+
+@dataclass
+class ProbeReply:
+    """What the server answered to the probe's two requests."""
+
+    prompt_logprobs: list[float]
+    gen_token_ids: list[int]
+    gen_logprobs: list[float]
+
+
+class ProbeVerifier:
+    GEN_PROMPT_TOKENS = 288  # > 2 KV blocks on vLLM-CPU (block size 128), so the cached path is exercised
+    GEN_TOKENS = 8
+
+    def __init__(self, client: VLLMServerClient, probe_ids: list[int], tolerance: float, mode: str,
+                 max_len: int | None = None):
+        if len(probe_ids) < 2:
+            raise ValueError("the probe needs at least 2 tokens (grpo.probe_text)")
+        self.client, self.probe_ids, self.tolerance, self.mode = client, list(probe_ids), tolerance, mode
+        n = self.GEN_PROMPT_TOKENS if max_len is None else max(2, min(self.GEN_PROMPT_TOKENS,
+                                                                        max_len - self.GEN_TOKENS - 1))
+        self.gen_prompt = (self.probe_ids * (n // len(self.probe_ids) + 1))[:n]
+
+    def ask(self, server_model: str, client: VLLMServerClient | None = None) -> ProbeReply:
+        """The server half: its logprobs of the probe, and a seeded generation from the tiled probe."""
+        client = client or self.client
+        prompt = client.prompt_logprobs(self.probe_ids, model=server_model)
+        gen = client.generate([self.gen_prompt], model=server_model, n=1, max_tokens=self.GEN_TOKENS,
+                              temperature=1.0, seed=1234)[0][0]
+        return ProbeReply(prompt, list(gen.token_ids), list(gen.logprobs))
+
+    def score(self, model, reply: ProbeReply) -> tuple[float, float]:
+        """The trainer half: (mean, max) |Δlogp| over both checks, from one forward pass of `model`."""
+        lps = probe.token_logprobs(model, self.gen_prompt + reply.gen_token_ids)
+        n = len(self.probe_ids)
+        # the generation's prompt starts with the probe: its first n-1 logprobs are the probe's (a causal model)
+        ours = lps[: n - 1] if n <= len(self.gen_prompt) else probe.token_logprobs(model, self.probe_ids)
+        mean1, max1 = probe.logprob_diff(reply.prompt_logprobs, ours)
+        mean2, max2 = probe.logprob_diff(reply.gen_logprobs, lps[len(self.gen_prompt) - 1:])
+        return max(mean1, mean2), max(max1, max2)
+
+    def measure(self, model, server_model: str) -> tuple[float, float]:
+        return self.score(model, self.ask(server_model))
+
+    def measure_into(self, model, server_model: str, result: SyncResult) -> SyncResult:
+        """Measure and record the probe difference and its time in `result` (no tolerance check)."""
+        t0 = time.perf_counter()
+        result.logprob_diff, result.logprob_diff_max = self.measure(model, server_model)
+        result.verify_ms = (time.perf_counter() - t0) * 1e3
+        return result
+
+    def check(self, result: SyncResult, server_model: str) -> SyncResult:
+        probe.check(result.logprob_diff, self.tolerance, mode=self.mode, step=result.step,
+                    detail=f"(max |Δ| {result.logprob_diff_max:.3g}, server model {server_model!r})")
+        return result
+
+    def verify(self, model, server_model: str, result: SyncResult) -> SyncResult:
+        return self.check(self.measure_into(model, server_model, result), server_model)
+
+
+@dataclass
+class _Pending:
+    result: SyncResult
+    lease: Lease
+    reply: Future
+
+
+class DeferredVerifier:
+    """One push's verification at a time: the server half in a background thread, the trainer half on `finish`."""
+
+    def __init__(self, verifier: ProbeVerifier, gate: PolicyGate, client: VLLMServerClient | None = None):
+        self.verifier, self.gate = verifier, gate
+        parent = verifier.client
+        # its own HTTP session (the main thread's may be in use by a rollout meanwhile)
+        self.client = client or type(parent)(parent.base_url, timeout=parent.timeout)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-verify")
+        self._pending: _Pending | None = None
+
+    @property
+    def version(self) -> int | None:
+        """The version whose verification is under way (None: nothing pending)."""
+        return self._pending.lease.version if self._pending is not None else None
+
+    def start(self, result: SyncResult) -> None:
+        """Right after a push published its version (main thread, which is the only writer: the lease is taken at
+        once, on exactly that version)."""
+        lease = self.gate.acquire()
+        self.client.watch = self.verifier.client.watch  # a hung server is noticed here as on the main client
+
+        def ask() -> ProbeReply:
+            try:
+                return self.verifier.ask(lease.model, client=self.client)
+            finally:
+                self.gate.release(lease)
+
+        try:
+            self._pending = _Pending(result, lease, self._pool.submit(ask))
+        except BaseException:
+            self.gate.release(lease)
+            raise
+
+    def finish(self, model) -> SyncResult | None:
+        """The trainer half (main thread; `model` must still hold the pushed weights): wait for the server's
+        answers, score them, check. Records in the push's result what the trainer waited (`verify_ms`). Raises the
+        server half's error as is, or `SyncVerificationError`. None when nothing was pending."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        t0 = time.perf_counter()
+        reply = pending.reply.result()
+        result = pending.result
+        result.logprob_diff, result.logprob_diff_max = self.verifier.score(model, reply)
+        result.verify_ms = (time.perf_counter() - t0) * 1e3
+        return self.verifier.check(result, pending.lease.model)
+
+    def discard(self) -> None:
+        """Forget the pending verification (a restore just verified the current weights on a new server). Its
+        requests end on their own, and release their lease then."""
+        self._pending = None
+
+    def close(self) -> None:
+        self._pending = None
+        self._pool.shutdown(wait=False, cancel_futures=True)
