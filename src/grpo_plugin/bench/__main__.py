@@ -5,7 +5,7 @@ ONE run on the same machine:
     python -m grpo_plugin.bench sync --mode restart [--sizes tiny,100m] [--repeats 20] [--json] (bench/restart.py)
     python -m grpo_plugin.bench ipc [--sizes tiny,100m] [--repeats 20] [--eager-only] [--json]  (bench/ipc.py)
     python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--spool DIR] [--json] (bench/atropos.py)
-    python -m grpo_plugin.bench e2e [--size 100m] [--steps 12] [--modes lora_sync,restart,ipc] [--json]
+    python -m grpo_plugin.bench e2e [--size 100m] [--steps 20] [--prompts 2] [--modes lora_sync,restart,ipc] [--json]
                                                                                                (bench/e2e.py)
     python -m grpo_plugin.bench code [--problems 16] [--group 8] [--json]                       (bench/code.py)
 """
@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--json", action="store_true", help="print one JSON object")
     e = sub.add_parser("e2e", help="axolotl train steps/s per mode, sync vs async_prefetch, vs stock HF generation")
     e.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
-    e.add_argument("--steps", type=int, default=12, help="optimizer steps per run")
+    e.add_argument("--steps", type=int, default=20, help="optimizer steps per run")
+    e.add_argument("--prompts", type=int, default=2, help="prompts per step (x trl.num_generations completions)")
     e.add_argument("--modes", default="lora_sync,restart,ipc")
     e.add_argument("--completion-len", type=int, default=32, help="trl.max_completion_length")
     e.add_argument("--json", action="store_true", help="print one JSON object")
@@ -75,7 +76,8 @@ def _run(bench, args) -> dict:
     if args.cmd == "code":
         return bench.run(args.problems, args.group)
     if args.cmd == "e2e":
-        return bench.run(args.size, args.steps, [x for x in args.modes.split(",") if x], args.completion_len)
+        return bench.run(args.size, args.steps, [x for x in args.modes.split(",") if x], args.completion_len,
+                         args.prompts)
     if args.cmd == "atropos":
         return bench.run([x for x in args.shapes.split(",") if x], args.repeats, args.spool)
     if args.cmd == "ipc":

@@ -2,13 +2,17 @@
 `trl.async_prefetch`, against axolotl's stock GRPO with its own HF generation (no plugin, `trl.use_vllm: false`) —
 one command, one machine, one run:
 
-    python -m grpo_plugin.bench e2e [--size 100m] [--steps 12] [--modes lora_sync,restart,ipc] [--json]
+    python -m grpo_plugin.bench e2e [--size 100m] [--steps 20] [--prompts 2] [--modes lora_sync,restart,ipc] [--json]
 
 The CPU stand-in for the common GPU topology (vLLM on one GPU, the trainer on another): the vLLM server is pinned
 to core 0 (its OpenMP threads bound there), `axolotl train` to core 1 (one thread). The stock run has no server and
 gets both cores (two threads) — what a CPU user without this plugin runs. Every run trains the same locally built
 Qwen2-shaped model on the digit task (rewards.toy.digit_reward), same seed, same batch; the reward after the same
-number of steps is reported beside the speed, so speed is not bought with learning. `restart` is measured with the
+number of steps is reported beside the speed, so speed is not bought with learning. Every run does the same work
+per step: axolotl's zero-advantage skipping is off (`trl.skip_zero_advantage_batches: false`; with it, a step whose
+rewards are all equal skips its forward/backward, so a run's speed would depend on how soon its batches go
+uniform — 6 s of a 9 s step on this model). The batch (`--prompts` x `trl.num_generations` completions of
+`--completion-len` tokens) is where generation and training take similar time here. `restart` is measured with the
 in-place reload (`restart_strategy: process` restarts the server at every push: tens of seconds, not a fair
 per-step figure). Steps/s is HF Trainer's own `train_steps_per_second` for every run (first step included).
 """
@@ -33,16 +37,21 @@ ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = {"lora_sync": "quickstart_lora_sync.yaml", "restart": "quickstart_restart.yaml",
            "ipc": "quickstart_ipc.yaml"}
 SERVER_CORE, TRAINER_CORE = 0, 1
+# Full fine-tuning at the quickstarts' 5e-4 with 16 completions per step collapsed with async_prefetch (policy lag 1):
+# reward 0 from step 4 on in restart and ipc, while the synchronous runs learned. At 2e-4 both forms learn.
+FULL_WEIGHT_LR = 2e-4
 
 
 def _config(mode: str, model: Path, data: Path, out: Path, steps: int, completion_len: int, port: int,
-            async_prefetch: bool | None) -> dict:
+            async_prefetch: bool | None, prompts: int = 2) -> dict:
     """The mode's quickstart on this model; `async_prefetch=None`: the stock run (plugin lines removed)."""
     cfg = yaml.safe_load((ROOT / "configs" / CONFIGS[mode]).read_text())
     cfg.update(base_model=str(model), output_dir=str(out), dataset_prepared_path=str(out / "prepared"),
-               max_steps=steps)
+               max_steps=steps, micro_batch_size=prompts * cfg["trl"]["num_generations"])
     cfg["datasets"][0]["path"] = str(data)
-    cfg["trl"]["max_completion_length"] = completion_len
+    cfg["trl"].update(max_completion_length=completion_len, skip_zero_advantage_batches=False)
+    if mode != "lora_sync":
+        cfg["learning_rate"] = FULL_WEIGHT_LR
     if async_prefetch is None:
         for key in ("plugins", "grpo", "vllm"):
             cfg.pop(key, None)
@@ -88,6 +97,12 @@ def _train(cfg: dict, cores: set[int], threads: int, log: Path) -> dict:
         s = json.loads(summary.read_text())
         out.update(all_syncs_verified=s.get("all_syncs_verified"), policy_lag_max=s.get("policy_lag_max"),
                    rollout_wait_ms_median=s.get("rollout_ms_median"), step_ms_median=s.get("step_ms_median"))
+        # where a step's time goes (after the first step): the push, the probe as the trainer waited for it, the
+        # generation of its rollout (overlapped with training under async_prefetch)
+        recs = [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
+        for key in ("sync_ms", "verify_ms", "generate_ms"):
+            values = sorted(r[key] for r in recs[1:] if r.get(key) is not None)
+            out[f"{key}_median"] = round(values[len(values) // 2], 1) if values else None
     return out
 
 
@@ -116,16 +131,18 @@ def _pinned_server(cfg: dict, log: Path, timeout: float = 900.0):
         server.stop()
 
 
-def run(size: str = "100m", steps: int = 12, modes: list[str] | None = None, completion_len: int = 32) -> dict:
+def run(size: str = "100m", steps: int = 20, modes: list[str] | None = None, completion_len: int = 32,
+        prompts: int = 2) -> dict:
     from grpo_plugin.tiny import MODEL_SIZES, build_digit_task, build_model
 
     if len(os.sched_getaffinity(0)) < 2 or not {SERVER_CORE, TRAINER_CORE} <= os.sched_getaffinity(0):
         raise RuntimeError(f"the e2e benchmark pins the server to core {SERVER_CORE} and the trainer to core "
                            f"{TRAINER_CORE}; this process may use cores {sorted(os.sched_getaffinity(0))}")
     modes = modes or list(CONFIGS)
-    res: dict = {"stack": stack(), "size": size, "steps": steps, "completion_len": completion_len,
+    res: dict = {"stack": stack(), "size": size, "steps": steps, "completion_len": completion_len, "prompts": prompts,
                  "topology": f"vLLM server on core {SERVER_CORE}, trainer on core {TRAINER_CORE}; stock HF "
                              f"generation on cores {SERVER_CORE},{TRAINER_CORE}", "modes": {}, "hf_generate": {}}
+    res["group"] = yaml.safe_load((ROOT / "configs" / CONFIGS[modes[0]]).read_text())["trl"]["num_generations"]
     with scratch("grpo-bench-e2e-") as tmp:
         model = build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size])
         data = build_digit_task(tmp / "digits.jsonl")
@@ -133,10 +150,11 @@ def run(size: str = "100m", steps: int = 12, modes: list[str] | None = None, com
             port = free_port()
             row: dict = {}
             with _pinned_server(_config(mode, model, data, tmp / f"{mode}-server", steps, completion_len, port,
-                                        False), tmp / f"{mode}-vllm.log"):
+                                        False, prompts), tmp / f"{mode}-vllm.log"):
                 for prefetch in (False, True):
                     key = "async" if prefetch else "sync"
-                    cfg = _config(mode, model, data, tmp / f"{mode}-{key}", steps, completion_len, port, prefetch)
+                    cfg = _config(mode, model, data, tmp / f"{mode}-{key}", steps, completion_len, port, prefetch,
+                                  prompts)
                     print(f"[bench e2e] {mode} {key} ...", file=sys.stderr, flush=True)
                     row[key] = _train(cfg, {TRAINER_CORE}, 1, tmp / f"{mode}-{key}.log")
             row["sync_steps_per_s"] = row["sync"]["steps_per_s"]
@@ -147,7 +165,7 @@ def run(size: str = "100m", steps: int = 12, modes: list[str] | None = None, com
         for mode in ("lora_sync", "restart") if "restart" in modes or "ipc" in modes else ("lora_sync",):
             label = "lora" if mode == "lora_sync" else "full"
             print(f"[bench e2e] stock HF generation ({label}) ...", file=sys.stderr, flush=True)
-            cfg = _config(mode, model, data, tmp / f"stock-{label}", steps, completion_len, 0, None)
+            cfg = _config(mode, model, data, tmp / f"stock-{label}", steps, completion_len, 0, None, prompts)
             res["hf_generate"][label] = _train(cfg, {SERVER_CORE, TRAINER_CORE}, 2, tmp / f"stock-{label}.log")
     res["hf_generate_steps_per_s"] = res["hf_generate"]["lora"]["steps_per_s"]
     best_mode, best = max(((m, max(r["sync_steps_per_s"], r["async_steps_per_s"])) for m, r in res["modes"].items()),
@@ -158,13 +176,17 @@ def run(size: str = "100m", steps: int = 12, modes: list[str] | None = None, com
 
 
 def report(res: dict) -> None:
-    lines = [f"e2e: {res['steps']} steps of `axolotl train` per run, model {res['size']}, completions of "
-             f"{res['completion_len']} tokens; {res['topology']}", stack_line(res["stack"]),
-             f"  {'run':<28} {'steps/s':>8} {'reward (last 3)':>16} {'lag max':>8} {'verified':>9}"]
+    lines = [f"e2e: {res['steps']} steps of `axolotl train` per run, model {res['size']}, {res['prompts']} prompts x "
+             f"{res['group']} completions of {res['completion_len']} tokens; {res['topology']}",
+             stack_line(res["stack"]),
+             f"  {'run':<28} {'steps/s':>8} {'step median':>12} {'reward (last 3)':>16} {'lag max':>8} "
+             f"{'verified':>9}"]
     for mode, row in res["modes"].items():
         for key in ("sync", "async"):
             r = row[key]
-            lines.append(f"  {mode + ' ' + key:<28} {r['steps_per_s']:>8.3f} {r['reward_last3']:>16.3f} "
+            step = r.get("step_ms_median")
+            lines.append(f"  {mode + ' ' + key:<28} {r['steps_per_s']:>8.3f} "
+                         f"{(f'{step / 1e3:.2f} s' if step else ''):>12} {r['reward_last3']:>16.3f} "
                          f"{r.get('policy_lag_max')!s:>8} {r.get('all_syncs_verified')!s:>9}")
         lines.append(f"  {'':<28} async/sync {row['async_speedup']:.2f}x")
     for label, r in res["hf_generate"].items():
