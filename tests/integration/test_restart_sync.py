@@ -186,46 +186,6 @@ def _listener(port: int) -> subprocess.Popen:
     raise RuntimeError("the test listener did not bind")
 
 
-def test_process_restart_serves_new_weights_then_port_conflict_kills_nothing(servers, probe_ids, monkeypatch,
-                                                                              request):
-    """Runs last in this module: it restarts the tied server (ours) on the trained checkpoint, then makes a
-    second restart find its port taken by a process it did not start."""
-    server, client, model_dir = servers["tied"]
-    trainer = trainer_for(model_dir)
-    sync = RestartSync(client, strategy="process", server=lambda: server, start_timeout=300)
-    request.addfinalizer(sync.close)
-    sync.prepare(trainer)
-    assert sync.needs_initial_push is False
-    verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="restart")
-    old_pids = {p.pid for p in server.tree()}
-    train_step(trainer.model, seed=21)
-    result = verifier.verify(trainer.model, sync.generation_model, sync.push(1))
-    assert result.logprob_diff <= 1e-4
-    assert server.pid not in old_pids and not any(psutil.pid_exists(p) for p in old_pids)
-    assert sync.generation_model == str(model_dir) and sync.generation_model in client.models()
-    assert server.spec.model == str(sync.weights_dir)
-
-    port = server.spec.port
-    holder: list[subprocess.Popen] = []
-    real_stop = server.stop
-
-    def stop_then_port_taken(*a, **k):
-        real_stop(*a, **k)
-        holder.append(_listener(port))
-
-    monkeypatch.setattr(server, "stop", stop_then_port_taken)
-    try:
-        train_step(trainer.model, seed=22)
-        with pytest.raises(SyncError, match=rf"port {port} .* already in use.*Nothing was killed"):
-            sync.push(2)
-        assert holder and holder[0].poll() is None  # the other program is alive and still owns the port
-        assert port_in_use("127.0.0.1", port)
-    finally:
-        for proc in holder:
-            proc.kill()
-            proc.wait()
-
-
 def test_deferred_verification_on_a_real_server_catches_a_reload_that_did_not_take(servers, probe_ids,
                                                                                    monkeypatch, request):
     """What the trainer runs after every push (sync/verify.py): the server half in the background on a lease of
@@ -269,3 +229,43 @@ def test_deferred_verification_on_a_real_server_catches_a_reload_that_did_not_ta
     monkeypatch.undo()
     push(2)
     assert deferred.finish(trainer.model).logprob_diff <= 1e-4
+
+
+def test_process_restart_serves_new_weights_then_port_conflict_kills_nothing(servers, probe_ids, monkeypatch,
+                                                                              request):
+    """Runs last in this module: it restarts the tied server (ours) on the trained checkpoint, then makes a
+    second restart find its port taken by a process it did not start."""
+    server, client, model_dir = servers["tied"]
+    trainer = trainer_for(model_dir)
+    sync = RestartSync(client, strategy="process", server=lambda: server, start_timeout=300)
+    request.addfinalizer(sync.close)
+    sync.prepare(trainer)
+    assert sync.needs_initial_push is False
+    verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="restart")
+    old_pids = {p.pid for p in server.tree()}
+    train_step(trainer.model, seed=21)
+    result = verifier.verify(trainer.model, sync.generation_model, sync.push(1))
+    assert result.logprob_diff <= 1e-4
+    assert server.pid not in old_pids and not any(psutil.pid_exists(p) for p in old_pids)
+    assert sync.generation_model == str(model_dir) and sync.generation_model in client.models()
+    assert server.spec.model == str(sync.weights_dir)
+
+    port = server.spec.port
+    holder: list[subprocess.Popen] = []
+    real_stop = server.stop
+
+    def stop_then_port_taken(*a, **k):
+        real_stop(*a, **k)
+        holder.append(_listener(port))
+
+    monkeypatch.setattr(server, "stop", stop_then_port_taken)
+    try:
+        train_step(trainer.model, seed=22)
+        with pytest.raises(SyncError, match=rf"port {port} .* already in use.*Nothing was killed"):
+            sync.push(2)
+        assert holder and holder[0].poll() is None  # the other program is alive and still owns the port
+        assert port_in_use("127.0.0.1", port)
+    finally:
+        for proc in holder:
+            proc.kill()
+            proc.wait()
