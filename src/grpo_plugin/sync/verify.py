@@ -76,12 +76,16 @@ class ProbeVerifier:
     def measure(self, model, server_model: str) -> tuple[float, float]:
         return self.score(model, self.ask(server_model))
 
+    def record(self, model, reply: ProbeReply, result: SyncResult, since: float) -> SyncResult:
+        """Score `reply` into `result`, with the time the trainer spent on it since `since` (no tolerance check)."""
+        result.logprob_diff, result.logprob_diff_max = self.score(model, reply)
+        result.verify_ms = (time.perf_counter() - since) * 1e3
+        return result
+
     def measure_into(self, model, server_model: str, result: SyncResult) -> SyncResult:
         """Measure and record the probe difference and its time in `result` (no tolerance check)."""
         t0 = time.perf_counter()
-        result.logprob_diff, result.logprob_diff_max = self.measure(model, server_model)
-        result.verify_ms = (time.perf_counter() - t0) * 1e3
-        return result
+        return self.record(model, self.ask(server_model), result, t0)
 
     def check(self, result: SyncResult, server_model: str) -> SyncResult:
         probe.check(result.logprob_diff, self.tolerance, mode=self.mode, step=result.step,
@@ -141,10 +145,7 @@ class DeferredVerifier:
         if pending is None:
             return None
         t0 = time.perf_counter()
-        reply = pending.reply.result()
-        result = pending.result
-        result.logprob_diff, result.logprob_diff_max = self.verifier.score(model, reply)
-        result.verify_ms = (time.perf_counter() - t0) * 1e3
+        result = self.verifier.record(model, pending.reply.result(), pending.result, t0)
         return self.verifier.check(result, pending.lease.model)
 
     def discard(self) -> None:
