@@ -7,4 +7,5 @@ cd "$ROOT"
 source scripts/stack.sh
 bash scripts/install.sh
 export AXOLOTL_DO_NOT_TRACK=1 WANDB_MODE=disabled HF_HUB_OFFLINE=1
-exec "$VENV/bin/python" -m pytest tests "$@"
+# --durations: the slowest tests in every log, to keep the suite (and CI) inside its time budget
+exec "$VENV/bin/python" -m pytest tests --durations=25 "$@"
