@@ -5,7 +5,8 @@ ONE run on the same machine:
     python -m grpo_plugin.bench sync --mode restart [--sizes tiny,100m] [--repeats 20] [--json] (bench/restart.py)
     python -m grpo_plugin.bench ipc [--sizes tiny,100m] [--repeats 20] [--eager-only] [--json]  (bench/ipc.py)
     python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--spool DIR] [--json] (bench/atropos.py)
-    python -m grpo_plugin.bench e2e [--size 100m] [--steps 20] [--prompts 2] [--modes lora_sync,restart,ipc] [--json]
+    python -m grpo_plugin.bench e2e [--size 100m] [--steps 20] [--prompts 2] [--modes lora_sync,restart,ipc]
+                                    [--seed N] [--no-stock] [--json]
                                                                                                (bench/e2e.py)
     python -m grpo_plugin.bench code [--problems 16] [--group 8] [--json]                       (bench/code.py)
 """
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     e.add_argument("--prompts", type=int, default=2, help="prompts per step (x trl.num_generations completions)")
     e.add_argument("--modes", default="lora_sync,restart,ipc")
     e.add_argument("--completion-len", type=int, default=32, help="trl.max_completion_length")
+    e.add_argument("--seed", type=int, default=None, help="seed of every run (trainer and server sampling)")
+    e.add_argument("--no-stock", action="store_true", help="skip axolotl's stock GRPO runs (e.g. for a seed study)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     c = sub.add_parser("code", help="code reward: the sandbox vs a python process per test case, same batch")
     c.add_argument("--problems", type=int, default=16, help="HumanEval problems in the batch")
@@ -77,7 +80,7 @@ def _run(bench, args) -> dict:
         return bench.run(args.problems, args.group)
     if args.cmd == "e2e":
         return bench.run(args.size, args.steps, [x for x in args.modes.split(",") if x], args.completion_len,
-                         args.prompts)
+                         args.prompts, args.seed, stock=not args.no_stock)
     if args.cmd == "atropos":
         return bench.run([x for x in args.shapes.split(",") if x], args.repeats, args.spool)
     if args.cmd == "ipc":
