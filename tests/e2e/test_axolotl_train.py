@@ -28,14 +28,18 @@ def env() -> dict:
     return e
 
 
-def quickstart(tmp_path, tiny_model_dir, tiny_data_file, config="quickstart_lora_sync.yaml",
+def quickstart(tmp_path, tiny_model_dir, tiny_data_file, config="quickstart_lora_sync.yaml", server=None,
                **changes) -> tuple[Path, dict]:
+    """A quickstart config on the tiny model and data. `server`: a session server from tests/conftest.py
+    ((process, client)) the run uses unmanaged, as if started with `axolotl vllm-serve` in another terminal."""
     cfg = yaml.safe_load((ROOT / "configs" / config).read_text())
     cfg["base_model"] = str(tiny_model_dir)
     cfg["datasets"][0]["path"] = str(tiny_data_file)
     cfg["dataset_prepared_path"] = str(tmp_path / "prepared")
     cfg["output_dir"] = str(tmp_path / "out")
-    cfg["vllm"]["port"] = free_port()
+    cfg["vllm"]["port"] = free_port() if server is None else server[0].spec.port
+    if server is not None:
+        cfg["grpo"]["managed_server"] = False
     for key, value in changes.items():
         if isinstance(value, dict):
             cfg[key].update(value)
@@ -63,6 +67,21 @@ def managed_pid(log: str) -> int:
     m = re.search(r"started managed vLLM server pid (\d+)", log)
     assert m, f"no managed server start line in:\n{log[-3000:]}"
     return int(m.group(1))
+
+
+def sync_dirs(mode: str) -> set[Path]:
+    """The sync directories of `mode` in the default root (sync/storage.py: /dev/shm, else the temp dir)."""
+    from grpo_plugin.sync.storage import default_sync_root
+
+    return set(default_sync_root().glob(f"grpo_plugin-{mode}-*"))
+
+
+def left_behind(mode: str, before: set[Path]) -> set[Path]:
+    """Sync directories of `mode` created since `before` whose owning process is gone: what a finished run left
+    behind. A live one belongs to a run still going (another pytest worker's) and is not counted."""
+    from grpo_plugin.sync.storage import owner_pid
+
+    return {d for d in sync_dirs(mode) - before if not psutil.pid_exists(owner_pid(d) or 0)}
 
 
 def gone(pid: int, timeout: float = 60) -> bool:

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_plugin.sync.storage import default_sync_root
-from tests.e2e.test_axolotl_train import gone, managed_pid, quickstart, start_vllm_serve, train
+from tests.e2e.test_axolotl_train import gone, left_behind, managed_pid, quickstart, start_vllm_serve, sync_dirs, train
 
 pytestmark = pytest.mark.e2e
 
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.e2e
 def test_quickstart_ipc_learns_on_one_shared_copy_and_verifies_every_step(tmp_path, tiny_model_dir,
                                                                           tiny_data_file, cache_env):
     steps = 30
-    before = set(default_sync_root().glob("grpo_plugin-ipc-*"))
+    before = sync_dirs("ipc")
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_ipc.yaml", max_steps=steps)
     assert cfg["grpo"]["sync"] == "ipc" and "adapter" not in cfg
     proc = train(path)
@@ -38,7 +37,7 @@ def test_quickstart_ipc_learns_on_one_shared_copy_and_verifies_every_step(tmp_pa
     gaps = [float(x) for x in re.findall(r"'sampling/sampling_logp_difference/mean': '([^']+)'", log)]
     assert len(gaps) == steps and max(gaps) < 1e-4, gaps  # rollouts come from exactly the trained weights
     assert gone(managed_pid(log), timeout=5)
-    assert set(default_sync_root().glob("grpo_plugin-ipc-*")) <= before, "the shared weight file was left behind"
+    assert not left_behind("ipc", before), "the shared weight file was left behind"
 
 
 def test_vllm_serve_then_train_with_the_server_fence(tmp_path, tiny_model_dir, tiny_data_file, cache_env):

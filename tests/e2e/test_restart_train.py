@@ -9,15 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo_plugin.sync.storage import default_sync_root
 from tests.conftest import ROOT
-from tests.e2e.test_axolotl_train import BIN, env, gone, managed_pid, quickstart
+from tests.e2e.test_axolotl_train import BIN, env, gone, left_behind, managed_pid, quickstart, sync_dirs
 
 pytestmark = pytest.mark.e2e
-
-
-def _sync_dirs() -> set[Path]:
-    return set(default_sync_root().glob("grpo_plugin-restart-*"))
 
 
 def _train(path: Path) -> str:
@@ -36,7 +31,7 @@ def _records(cfg) -> list[dict]:
 def test_quickstart_restart_reload_learns_and_verifies_every_sync(tmp_path, tiny_model_dir, tiny_data_file,
                                                                   cache_env):
     steps = 30
-    before = _sync_dirs()
+    before = sync_dirs("restart")
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml", max_steps=steps)
     assert cfg["grpo"]["sync"] == "restart" and "adapter" not in cfg
     log = _train(path)
@@ -51,7 +46,7 @@ def test_quickstart_restart_reload_learns_and_verifies_every_sync(tmp_path, tiny
     gaps = [float(x) for x in re.findall(r"'sampling/sampling_logp_difference/mean': '([^']+)'", log)]
     assert len(gaps) == steps and max(gaps) < 1e-4, gaps  # full-weight rollouts score as the trainer does
     assert gone(managed_pid(log), timeout=5)
-    assert _sync_dirs() <= before, "the run left its sync directory behind"
+    assert not left_behind("restart", before), "the run left its sync directory behind"
 
 
 def test_restart_process_strategy_restarts_only_its_own_server(tmp_path, tiny_model_dir, tiny_data_file,
@@ -59,7 +54,7 @@ def test_restart_process_strategy_restarts_only_its_own_server(tmp_path, tiny_mo
     """sync_interval 2 over 4 steps: at step 0 the server already holds the initial weights (verified, no
     restart); at step 2 the managed server is restarted on the trained checkpoint and verified."""
     steps = 4
-    before = _sync_dirs()
+    before = sync_dirs("restart")
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml", max_steps=steps,
                            grpo={"restart_strategy": "process", "sync_interval": 2})
     log = _train(path)
@@ -76,4 +71,4 @@ def test_restart_process_strategy_restarts_only_its_own_server(tmp_path, tiny_mo
     summary = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
     assert summary["num_syncs"] == 1 and summary["num_verified_without_push"] == 1
     assert summary["all_syncs_verified"] is True
-    assert _sync_dirs() <= before
+    assert not left_behind("restart", before)

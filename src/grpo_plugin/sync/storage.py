@@ -34,16 +34,21 @@ def default_sync_root() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
+def owner_pid(path: Path) -> int | None:
+    """The pid of the process that created sync directory `path`, or None for a name that is not one."""
+    m = _NAME.match(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
 def remove_stale(root: Path) -> list[Path]:
     """Remove sync directories left in `root` by runs whose process no longer exists. Returns what was removed.
     A directory whose owner is alive (another run, maybe another user's) is never touched."""
     removed = []
     with contextlib.suppress(OSError):
         for entry in root.iterdir():
-            m = _NAME.match(entry.name)
-            if not m or not entry.is_dir():
+            pid = owner_pid(entry)
+            if pid is None or not entry.is_dir():
                 continue
-            pid = int(m.group(1))
             if pid == os.getpid() or psutil.pid_exists(pid):
                 continue
             shutil.rmtree(entry, ignore_errors=True)
