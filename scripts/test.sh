@@ -7,5 +7,10 @@ cd "$ROOT"
 source scripts/stack.sh
 bash scripts/install.sh
 export AXOLOTL_DO_NOT_TRACK=1 WANDB_MODE=disabled HF_HUB_OFFLINE=1
-# --durations: the slowest tests in every log, to keep the suite (and CI) inside its time budget
-exec "$VENV/bin/python" -m pytest tests --durations=25 "$@"
+# Two pytest workers (GRPO_TEST_WORKERS; 0 = one process): an e2e test is mostly one process at a time importing
+# torch, axolotl and vLLM (a server start is three such imports in a row) while the other core idles.
+# --dist loadgroup: the tests that share a server share a worker (tests/conftest.py groups them and puts the longest
+# first; --no-loadscope-reorder keeps that order).
+# --durations: the slowest tests in every log, to keep the suite (and CI) inside its time budget.
+# Locally, `./scripts/test.sh -m "not slow"` leaves out the fault runs (servers killed, hung, restarted).
+exec "$VENV/bin/python" -m pytest tests -n "${GRPO_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder --durations=25 "$@"

@@ -1,5 +1,7 @@
 """`axolotl train` on code: HumanEval rows through rewards.code_transform, scored by the sandboxed execution reward
-and the format reward (plus a probe that the `test_cases` column reaches the rewards); every sync verified."""
+and the format reward (plus a probe that the `test_cases` column reaches the rewards); every sync verified. The run
+uses the session's LoRA server unmanaged (tests/conftest.py `vllm_server`): the server's own life is tested
+elsewhere."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from tests.e2e.test_axolotl_train import quickstart, train
 pytestmark = pytest.mark.e2e
 
 
-def test_code_rewards_train_through_axolotl(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+def test_code_rewards_train_through_axolotl(tmp_path, tiny_model_dir, tiny_data_file, cache_env, vllm_server):
     from grpo_plugin.codedata.humaneval import rows
 
     data = tmp_path / "code.jsonl"
@@ -23,7 +25,7 @@ def test_code_rewards_train_through_axolotl(tmp_path, tiny_model_dir, tiny_data_
     data.write_text("".join(json.dumps(r) + "\n" for r in short))
     steps = 4
     path, cfg = quickstart(
-        tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
+        tmp_path, tiny_model_dir, tiny_data_file, server=vllm_server, max_steps=steps,
         trl={"reward_funcs": ["rewards.code.code_execution_reward", "rewards.code.soft_format_reward",
                               "tests.e2e.code_probe_reward.test_cases_arrived"],
              "reward_weights": [1.0, 0.1, 0.0], "max_completion_length": 24},

@@ -1,5 +1,6 @@
 """The GSM8K pieces inside a real `axolotl train` on CPU: the transform and both rewards by import path, the
-weighted multi-reward aggregation and reward workers, on this plugin's trainer (tiny model, full fine-tune)."""
+weighted multi-reward aggregation and reward workers, on this plugin's trainer (tiny model, full fine-tune), on the
+session's full-weight server (tests/conftest.py `full_weight_server`), unmanaged."""
 
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ from tests.unit.test_gsm8k import _rows
 pytestmark = pytest.mark.e2e
 
 
-def test_gsm8k_transform_and_rewards_train_through_axolotl(tmp_path, tiny_model_dir, cache_env):
+def test_gsm8k_transform_and_rewards_train_through_axolotl(tmp_path, tiny_model_dir, cache_env,
+                                                           full_weight_server):
     rows = [r for r in _rows("test") if len(r["question"]) < 250][:64]  # the tiny model's context is 512
     data = tmp_path / "gsm8k.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     steps = 3
     path, cfg = quickstart(
-        tmp_path, tiny_model_dir, data, "quickstart_restart.yaml", max_steps=steps,
+        tmp_path, tiny_model_dir, data, "quickstart_restart.yaml", server=full_weight_server, max_steps=steps,
         datasets=[{"path": str(data), "ds_type": "json", "split": "train", "type": "rewards.gsm8k_transform",
                    "system_prompt": "Answer as #### N."}],
         trl={"reward_funcs": ["rewards.gsm8k.accuracy_reward", "rewards.gsm8k.format_reward"],
