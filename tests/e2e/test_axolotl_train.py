@@ -145,34 +145,6 @@ def test_ctrl_c_stops_the_managed_server(tmp_path, tiny_model_dir, tiny_data_fil
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def test_vllm_serve_then_train_two_terminals(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
-    steps = 6
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
-                           grpo={"managed_server": False, "sync_interval": 2})
-    serve_log = tmp_path / "serve.log"
-    serve = start_vllm_serve(path, serve_log)
-    try:
-        # `axolotl train` waits for the server itself (with a progress line) — start it right away
-        proc = train(path)
-        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
-        recs = [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
-        assert len(recs) == steps
-        # sync_interval 2: pushes before steps 1, 3, 5 (global steps 0, 2, 4); the others train on 1-step-old
-        # rollouts and record no sync
-        assert [r["policy_lag"] for r in recs] == [0, 1] * (steps // 2)
-        synced, skipped = recs[0::2], recs[1::2]
-        assert all(r["sync_ms"] > 0 and r["sync_logprob_diff"] <= 1e-4 for r in synced)
-        assert all(r["sync_ms"] == 0 and r["sync_logprob_diff"] is None for r in skipped)
-        assert "vLLM server ready" in serve_log.read_text()
-        summary = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
-        assert summary["server_peak_rss_mb"] > 500  # the unmanaged server's processes were measured too
-        assert serve.poll() is None  # an unmanaged server keeps running after training
-    finally:
-        serve.send_signal(signal.SIGINT)  # Ctrl-C in terminal 1
-        serve.wait(timeout=90)
-    assert "stopping vLLM server" in serve_log.read_text()
-
-
 def test_vllm_serve_port_in_use_is_a_clear_error(tmp_path, tiny_model_dir, tiny_data_file):
     import socket
 
