@@ -70,6 +70,30 @@ def test_a_hung_server_is_noticed_by_the_watch_long_before_the_request_timeout(s
     assert time.monotonic() - t0 < 5
 
 
+def test_an_abandoned_request_does_not_hold_the_process_at_exit(silent_server):
+    """A trainer that gave up on a request to a server that never answers (here: a socket that accepts and stays
+    silent, as a user-killed server in graceful shutdown keeps our connection) exits at once when it is done,
+    not after the request's own 120 s timeout."""
+    import subprocess
+    import sys
+
+    child = (
+        "import sys\n"
+        "from grpo_plugin.server.client import ServerLost, VLLMServerClient\n"
+        f"client = VLLMServerClient({silent_server!r}, timeout=120)\n"
+        "client.watch_every = 0.1\n"
+        "client.watch = lambda: 'gone (injected)'\n"
+        "try:\n"
+        "    client.generate([[1, 2]], model='m', n=1, max_tokens=1)\n"
+        "except ServerLost:\n"
+        "    print('abandoned', flush=True)\n"
+    )
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "abandoned", out.stderr[-2000:]
+    assert time.monotonic() - t0 < 30  # the interpreter did not wait for the abandoned request
+
+
 def test_without_a_watch_the_request_timeout_is_the_deadline(silent_server):
     client = VLLMServerClient(silent_server, timeout=0.5)
     with pytest.raises(ServerError, match="timed out"):

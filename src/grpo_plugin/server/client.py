@@ -9,8 +9,9 @@ unexpected reply raises `ServerError` naming the endpoint, the HTTP status and t
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
@@ -40,10 +41,28 @@ def _token_id(token: str) -> int:
     return int(token.split(":", 1)[1])
 
 
+def _in_daemon_thread(fn: Callable[..., Any], *args, **kwargs) -> Future:
+    """Run `fn` in a new daemon thread; its result or exception arrives in the returned future. Not a
+    ThreadPoolExecutor: the interpreter joins those at exit, waiting out a request nobody waits for any more."""
+    future: Future = Future()
+
+    def run() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # handed to whoever waits on the future
+                future.set_exception(exc)
+
+    threading.Thread(target=run, name="grpo-client", daemon=True).start()
+    return future
+
+
 class VLLMServerClient:
     """`watch`: optional liveness check, called every `watch_every` seconds while a request is in flight; a
     reason (str) it returns ends the wait with ServerLost, so a hung server is noticed long before the request's
-    own timeout. The abandoned request finishes in its thread when the server answers or is stopped."""
+    own timeout. The abandoned request finishes in its thread when the server answers or is stopped; that thread
+    is a daemon, so it never holds the process at exit (a server killed by its user can keep our connection open
+    in its graceful shutdown until the request's own timeout: minutes)."""
 
     def __init__(self, base_url: str, timeout: float = 300.0):
         self.base_url = base_url.rstrip("/")
@@ -52,16 +71,13 @@ class VLLMServerClient:
         self.watch: Callable[[], str | None] | None = None
         self.watch_every = 2.0
         self.health_timeout = 5.0
-        self._pool: ThreadPoolExecutor | None = None
 
     # -- plumbing -------------------------------------------------------------------------------
     def _send(self, path: str, payload: dict[str, Any], timeout: float) -> requests.Response:
         url = f"{self.base_url}{path}"
         if self.watch is None:
             return self.session.post(url, json=payload, timeout=timeout)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="grpo-client")
-        pending = self._pool.submit(self.session.post, url, json=payload, timeout=timeout)
+        pending = _in_daemon_thread(self.session.post, url, json=payload, timeout=timeout)
         while True:
             try:
                 return pending.result(timeout=self.watch_every)
