@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
 import os
 import socket
 import sys
@@ -36,28 +39,47 @@ def _order(item) -> int:
     return {"e2e": 1, "integration": 2}.get(kind, 3)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Scheduling for `--dist loadgroup` (scripts/test.sh): tests that share a server share a worker.
-    - an integration module's tests stay together (their servers are module-scoped fixtures), in the group of a
-      session server if one of them uses it;
-    - an e2e test that runs on a session server joins that server's group; every other test is scheduled alone.
-    Without pytest-xdist the marks do nothing; the order (longest first) applies either way."""
-    modules: dict[Path, list] = {}
-    for item in items:
-        modules.setdefault(Path(str(item.path)), []).append(item)
-    for path, its in modules.items():
-        shared = sorted({name for it in its for name in SHARED_SERVERS if name in it.fixturenames})
-        if path.parent.name == "integration":
-            group = shared[0] if shared else path.stem
-            for it in its:
-                it.add_marker(pytest.mark.xdist_group(group))
-            continue
-        for it in its:
-            used = [name for name in SHARED_SERVERS if name in it.fixturenames]
-            if used:
-                it.add_marker(pytest.mark.xdist_group(used[0]))
     items.sort(key=_order)  # stable: a module's tests keep their order
+
+
+@functools.cache
+def _arguments(path: str) -> dict[str, set[str]]:
+    """Each function of a test module (tests and fixtures) -> the names of its arguments (read with ast: nothing
+    is imported)."""
+    tree = ast.parse((ROOT / path).read_text())
+    return {node.name: {a.arg for a in node.args.args}
+            for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+
+
+def server_scope(nodeid: str) -> str:
+    """Which tests must share a pytest-xdist worker (scripts/test.sh runs two):
+    - an integration module's tests stay together (their servers are module-scoped fixtures), in the scope of a
+      session server if one of its functions (a test or a fixture) takes one;
+    - an e2e or unit test that takes a session server joins that server's scope; every other test is alone."""
+    path, _, rest = nodeid.partition("::")
+    funcs = _arguments(path)
+    if Path(path).parent.name == "integration":
+        used = sorted({name for args in funcs.values() for name in args if name in SHARED_SERVERS})
+        return used[0] if used else path
+    args = funcs.get(rest.split("::")[-1].split("[")[0], set())
+    return next((name for name in SHARED_SERVERS if name in args), nodeid)
+
+
+if importlib.util.find_spec("xdist") is not None:
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(config, log):
+        """Scopes from `server_scope`, in collection order (longest first). Not `xdist_group` marks: pytest-xdist
+        3.8 records a group by renaming `item._nodeid`, which pytest 9 no longer reads, so `--dist loadgroup`
+        silently scheduled every test alone (each worker started every module's servers)."""
+        from xdist.scheduler import LoadScopeScheduling
+
+        class ServerScopes(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return server_scope(nodeid)
+
+        return ServerScopes(config, log)
 
 
 def axolotl_load_cfg(path):

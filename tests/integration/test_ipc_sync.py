@@ -206,8 +206,8 @@ def test_what_cannot_be_shared_is_refused_before_anything_is_written(ipc_server,
     assert probe.logprob_diff(client.prompt_logprobs(probe_ids, model=client.base_model()), before)[1] == 0.0
 
 
-def test_a_server_not_started_for_ipc_is_refused(vllm_server, tiny_model_dir):
-    _, client = vllm_server
+def test_a_server_not_started_for_ipc_is_refused(full_weight_server, tiny_model_dir):
+    _, client = full_weight_server  # the restart shape: worker extension, no shared weight file
     sync = IpcSync(client)
     with pytest.raises(SyncError, match="does not share its weights"):
         sync.prepare(trainer_for(tiny_model_dir))
