@@ -10,19 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.test_axolotl_train import gone, managed_pid, quickstart, train
-from tests.e2e.test_server_faults import (
-    _assert_complete_and_verified,
-    _finish,
-    _server_of,
-    _start_train,
-    _wait_step,
-)
+from tests.e2e.test_server_faults import _assert_complete_and_verified, _train_killing_the_server_at
 
 pytestmark = pytest.mark.e2e
 STEPS = 30
@@ -65,13 +58,7 @@ def test_async_prefetch_lora_sync_learns_and_survives_a_killed_managed_server(tm
     is trained once, every version verified, the lag bound held, and the run still learns."""
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=STEPS, trl={"async_prefetch": True},
                            grpo={"server_hang_timeout": 10, "server_timeout": 240})
-    log = tmp_path / "train.log"
-    proc = _start_train(path, log)
-    try:
-        _wait_step(cfg, 5, proc, log)
-        _server_of(proc).send_signal(signal.SIGKILL)
-    finally:
-        text = _finish(proc, log)
+    proc, text = _train_killing_the_server_at(path, cfg, tmp_path / "train.log", 5)
     assert proc.returncode == 0, text[-6000:]
     _assert_complete_and_verified(cfg, STEPS, outages=1)
     _check_async(cfg, text, STEPS)

@@ -96,6 +96,17 @@ def _finish(proc: subprocess.Popen, log: Path, timeout: float = 900) -> str:
     return log.read_text()
 
 
+def _train_killing_the_server_at(path: Path, cfg, log: Path, step: int) -> tuple[subprocess.Popen, str]:
+    """`axolotl train` whose managed server is killed (-9) once `step` steps are recorded: (process, its log)."""
+    proc = _start_train(path, log)
+    try:
+        _wait_step(cfg, step, proc, log)
+        _server_of(proc).send_signal(signal.SIGKILL)
+    finally:
+        text = _finish(proc, log)
+    return proc, text
+
+
 def _assert_complete_and_verified(cfg, steps: int, outages: int) -> list[dict]:
     recs = _records(cfg)
     assert [r["step"] for r in recs] == list(range(1, steps + 1))  # no step lost, none repeated
@@ -260,13 +271,7 @@ def test_restarts_exhausted_saves_a_checkpoint_that_resumes_with_a_verified_firs
         tmp_path, tiny_model_dir, tiny_data_file, cache_env):
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=10,
                            grpo={"server_restarts": 0})
-    log = tmp_path / "run1.log"
-    proc = _start_train(path, log)
-    try:
-        _wait_step(cfg, 4, proc, log)
-        _server_of(proc).send_signal(signal.SIGKILL)
-    finally:
-        text = _finish(proc, log)
+    proc, text = _train_killing_the_server_at(path, cfg, tmp_path / "run1.log", 4)
     assert proc.returncode != 0
     assert "grpo.server_restarts is 0: the trainer does not restart it" in text, text[-4000:]
     out = Path(cfg["output_dir"])
