@@ -21,7 +21,7 @@ from grpo_plugin.checkpoints import is_complete
 from tests.conftest import ROOT, free_port
 from tests.e2e.test_axolotl_train import env, gone
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # each run launches four processes: 2-4 min apiece
 LAUNCH = [sys.executable, "-m", "grpo_plugin.atropos.launch"]
 
 
@@ -126,7 +126,6 @@ def _wait_for(cond, timeout: float, what: str, proc: subprocess.Popen, log: Path
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-6000:]}")
 
 
-@pytest.mark.slow
 def test_killed_run_resumes_without_losing_or_repeating_a_batch_and_rejects_a_malformed_group(
         tmp_path, tiny_model_dir, tiny_data_file, cache_env):
     """Run 1 is killed (SIGKILL to `axolotl train`) mid-run, after a checkpoint; run 2 resumes from it: the

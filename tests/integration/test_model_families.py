@@ -28,7 +28,7 @@ from grpo_plugin.sync.restart import RestartSync
 from grpo_plugin.tiny import FAMILIES, build_model
 from tests.conftest import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # two servers per family: ~2 min a family
 TOL = 1e-4  # fp32
 STEPS = 3
 PROBE = "family probe: 0123456789 The quick brown fox"
