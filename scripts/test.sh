@@ -9,8 +9,8 @@ bash scripts/install.sh
 export AXOLOTL_DO_NOT_TRACK=1 WANDB_MODE=disabled HF_HUB_OFFLINE=1
 # Two pytest workers (GRPO_TEST_WORKERS; 0 = one process): an e2e test is mostly one process at a time importing
 # torch, axolotl and vLLM (a server start is three such imports in a row) while the other core idles.
-# --dist loadgroup: the tests that share a server share a worker (tests/conftest.py groups them and puts the longest
-# first; --no-loadscope-reorder keeps that order).
+# The tests that share a server share a worker: tests/conftest.py's scheduler (server_scope) replaces loadgroup's,
+# whose marks pytest 9 loses; it takes the collection order (longest first), which --no-loadscope-reorder keeps.
 # --durations: the slowest tests in every log, to keep the suite (and CI) inside its time budget.
-# Locally, `./scripts/test.sh -m "not slow"` leaves out the fault runs (servers killed, hung, restarted).
+# Locally, `./scripts/test.sh -m "not slow"` leaves out the runs of minutes each (faults, Atropos, model families).
 exec "$VENV/bin/python" -m pytest tests -n "${GRPO_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder --durations=25 "$@"
