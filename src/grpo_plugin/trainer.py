@@ -142,7 +142,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
                                (loaded_cfg().get("vllm") or {}).get("max_model_len")) if x]
         max_len = min(lengths) if lengths else None
         self.verifier = ProbeVerifier(self.vllm_server, probe_ids, self.verify_tolerance, self.weight_sync.mode,
-                                      max_len=max_len)
+                                      max_len=max_len,
+                                      context=lambda: getattr(self.weight_sync, "verify_context", ""))
         self.deferred = DeferredVerifier(self.verifier, self.policy_gate)
         self.metrics_writer = (
             MetricsWriter(self.args.output_dir) if self.grpo.metrics and self.accelerator.is_main_process

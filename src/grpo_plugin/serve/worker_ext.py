@@ -31,8 +31,9 @@ class GRPOWorkerExtension:
                              f"ipc ({vllm_plugin.ENV} unset, or the grpo_plugin_ipc vLLM plugin not loaded)"}
         return vllm_plugin.EXPORTED  # its `pid` is this worker's: export() ran here
 
-    def grpo_reload_weights(self, weights_path: str) -> dict:
-        """Returns a report, or {"error": ...}: an exception escaping a collective_rpc method can kill vLLM
+    def grpo_reload_weights(self, weights_path: str | None = None) -> dict:
+        """`weights_path` None: the checkpoint this server was started on (a quantized run puts the original base
+        back when it ends, sync/served_base.py). Returns a report, or {"error": ...}: an exception escaping a collective_rpc method can kill vLLM
         0.32's engine (an AttributeError does), so failures are reported, and the trainer raises them."""
         try:
             return self._grpo_reload(weights_path)
@@ -41,8 +42,10 @@ class GRPOWorkerExtension:
 
             return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
 
-    def _grpo_reload(self, weights_path: str) -> dict:
+    def _grpo_reload(self, weights_path: str | None) -> dict:
         from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+        weights_path = weights_path or self.model_runner.model_config.model
 
         # Checked before vLLM's reload starts: a reload that fails half-way leaves layers unmaterialised.
         if not os.path.isdir(weights_path) or not any(f.endswith(".safetensors") for f in os.listdir(weights_path)):

@@ -16,9 +16,13 @@ def _ipc(settings, client, shared: bool, gate) -> WeightSync:
 
 def _lora_sync(settings, client, shared: bool, gate) -> WeightSync:
     from grpo_plugin.sync.lora import LoraSync
+    from grpo_plugin.sync.served_base import ServedBase
 
-    return _fenced(LoraSync(client, adapter_name=settings.adapter_name, sync_dir=settings.sync_dir, gate=gate,
-                            keep=settings.policy_lag_bound + 1), settings, client, shared)
+    # ServedBase: over a quantized base (QLoRA), the server first gets the trainer's dequantized base
+    lora = LoraSync(client, adapter_name=settings.adapter_name, sync_dir=settings.sync_dir, gate=gate,
+                    keep=settings.policy_lag_bound + 1)
+    return _fenced(ServedBase(lora, client, sync_dir=settings.sync_dir, rpc_timeout=settings.request_timeout),
+                   settings, client, shared)
 
 
 def _restart(settings, client, shared: bool, gate) -> WeightSync:

@@ -61,6 +61,10 @@ class FencedSync:
     def generation_model(self) -> str:
         return self.inner.generation_model
 
+    @property
+    def verify_context(self) -> str:
+        return getattr(self.inner, "verify_context", "")
+
     def prepare(self, trainer) -> None:
         self.inner.prepare(trainer)
 

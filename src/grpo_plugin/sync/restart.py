@@ -49,35 +49,38 @@ def checkpoint_tensors(model) -> dict:
     return out
 
 
-class _Reload:
+class InPlaceReload:
     """In place: vLLM's reload_weights via the worker extension + derived-copy refresh, then a prefix-cache
-    reset (concurrently: the trainer sends no generation request while a push runs)."""
+    reset (concurrently: the trainer sends no generation request while a push runs). `label` names the mode in
+    errors (restart's pushes; lora_sync's quantized base, sync/served_base.py)."""
 
     needs_initial_push = True
     starts_server = False
 
-    def __init__(self, client, timeout: float):
-        self.client, self.timeout = client, timeout
-        self._reset = PrefixCacheReset(client, "restart")
+    def __init__(self, client, timeout: float, label: str = "restart (reload)"):
+        self.client, self.timeout, self.label = client, timeout, label
+        self._reset = PrefixCacheReset(client, "reload")
 
-    def prepare(self, model, sync_dir) -> None:
+    def prepare(self, model=None, sync_dir=None) -> None:
         """The extension must be there BEFORE the first call: on vLLM 0.32 a collective_rpc of a method the
         workers lack kills the engine (EngineDeadError) instead of answering an error."""
-        require_worker_extension(self.client, "restart (reload)", "reload weights in place")
+        require_worker_extension(self.client, self.label, "reload weights in place")
 
-    def apply(self, weights_dir: str) -> dict:
+    def apply(self, weights_dir: str | None) -> dict:
+        """Reload `weights_dir` (None: the checkpoint the server was started on)."""
         try:
             results = self._reset.around(lambda: self.client.collective_rpc(
                 RELOAD_METHOD, {"weights_path": weights_dir}, timeout=self.timeout))
         except ServerError as exc:
-            raise SyncError(_explain_rpc_failure(str(exc))) from exc
+            raise SyncError(explain_rpc_failure(self.label, str(exc),
+                                                "the in-place reload failed on the server")) from exc
         if not results or not all(isinstance(r, dict) for r in results):
-            raise SyncError(f"grpo.sync=restart (reload): the server's workers answered {results!r} to "
+            raise SyncError(f"grpo.sync={self.label}: the server's workers answered {results!r} to "
                             f"{RELOAD_METHOD}; expected one report per worker")
         failed = [r for r in results if r.get("error")]
         if failed:
             raise SyncError(
-                f"grpo.sync=restart (reload): the in-place reload failed in {len(failed)} of {len(results)} vLLM "
+                f"grpo.sync={self.label}: the in-place reload failed in {len(failed)} of {len(results)} vLLM "
                 f"worker(s): {failed[0]['error']}. The server may now hold partly reloaded weights; training "
                 f"stops here. Worker traceback (tail):\n{failed[0].get('traceback', '')}"
             )
@@ -85,10 +88,6 @@ class _Reload:
 
     def close(self) -> None:
         self._reset.close()
-
-
-def _explain_rpc_failure(msg: str) -> str:
-    return explain_rpc_failure("restart (reload)", msg, "the in-place reload failed on the server")
 
 
 class _ProcessRestart:
@@ -156,7 +155,7 @@ class RestartSync:
             raise ValueError(f"grpo.restart_strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
         self.client = client
         if strategy == "reload":
-            self.strategy = _Reload(client, rpc_timeout)
+            self.strategy = InPlaceReload(client, rpc_timeout)
         else:
             if server is None:
                 from grpo_plugin.server import managed
@@ -188,17 +187,8 @@ class RestartSync:
         self.strategy.prepare(model, self.storage.path)
 
     def _write_weights(self) -> None:
-        from safetensors.torch import save_file
-
-        tensors = checkpoint_tensors(self._model)
-        target = self.storage.path / WEIGHTS_FILE
-        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
-        self.storage.ensure_space(nbytes + (1 << 20), "writing the weights for grpo.sync=restart",
-                                  replaces=target)
-        # Replace, never accumulate: the old file goes first, so the directory holds at most one copy.
-        target.unlink(missing_ok=True)
-        save_file({k: (v if v.device.type == "cpu" else v.cpu()).contiguous() for k, v in tensors.items()},
-                  str(target), metadata={"format": "pt"})
+        self.storage.write_checkpoint(checkpoint_tensors(self._model), "writing the weights for grpo.sync=restart",
+                                      WEIGHTS_FILE)
 
     def push(self, step: int) -> SyncResult:
         t0 = time.perf_counter()

@@ -77,5 +77,18 @@ class SyncDir:
                 "(fast local disk or tmpfs), or free space there."
             )
 
+    def write_checkpoint(self, tensors: dict, what: str, name: str = "model.safetensors") -> Path:
+        """Write `tensors` as one safetensors file `name`, replacing the previous one (the old file goes first,
+        so the directory never holds two copies); `what` names the write in a lack-of-space error."""
+        from safetensors.torch import save_file
+
+        target = self.path / name
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        self.ensure_space(nbytes + (1 << 20), what, replaces=target)
+        target.unlink(missing_ok=True)
+        save_file({k: (v if v.device.type == "cpu" else v.cpu()).contiguous() for k, v in tensors.items()},
+                  str(target), metadata={"format": "pt"})
+        return target
+
     def close(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

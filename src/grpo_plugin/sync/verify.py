@@ -21,6 +21,7 @@ effect still fails the run before anything is trained on it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -47,10 +48,11 @@ class ProbeVerifier:
     GEN_TOKENS = 8
 
     def __init__(self, client: VLLMServerClient, probe_ids: list[int], tolerance: float, mode: str,
-                 max_len: int | None = None):
+                 max_len: int | None = None, context: Callable[[], str] | None = None):
         if len(probe_ids) < 2:
             raise ValueError("the probe needs at least 2 tokens (grpo.probe_text)")
         self.client, self.probe_ids, self.tolerance, self.mode = client, list(probe_ids), tolerance, mode
+        self.context = context  # more to say when a check fails (the sync's verify_context)
         n = self.GEN_PROMPT_TOKENS if max_len is None else max(2, min(self.GEN_PROMPT_TOKENS,
                                                                         max_len - self.GEN_TOKENS - 1))
         self.gen_prompt = (self.probe_ids * (n // len(self.probe_ids) + 1))[:n]
@@ -89,7 +91,8 @@ class ProbeVerifier:
 
     def check(self, result: SyncResult, server_model: str) -> SyncResult:
         probe.check(result.logprob_diff, self.tolerance, mode=self.mode, step=result.step,
-                    detail=f"(max |Δ| {result.logprob_diff_max:.3g}, server model {server_model!r})")
+                    detail=f"(max |Δ| {result.logprob_diff_max:.3g}, server model {server_model!r}) "
+                           + (self.context() if self.context else ""))
         return result
 
     def verify(self, model, server_model: str, result: SyncResult) -> SyncResult:
