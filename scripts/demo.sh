@@ -6,13 +6,14 @@
 #     ./scripts/demo.sh                 lora_sync: a LoRA adapter, hot-swapped into the server
 #     ./scripts/demo.sh restart         restart: full fine-tuning, the server reloads the weights in place
 #     ./scripts/demo.sh ipc             ipc: full fine-tuning, trainer and server share one copy of the weights
+#     ./scripts/demo.sh qlora           lora_sync on a 4-bit (nf4) base: the server serves the trainer's own base
 #     ./scripts/demo.sh atropos         an Atropos environment generates and scores the rollouts (run-api, env,
 #                                       vLLM server and trainer started and stopped by grpo_plugin.atropos.launch)
 # Further arguments go to `axolotl train`. GRPO_STACK=legacy runs it on the Python 3.11 / axolotl 0.19 stack.
 set -euo pipefail
 MODE=lora_sync
 case "${1:-}" in
-  lora_sync|restart|ipc|atropos) MODE="$1"; shift ;;
+  lora_sync|restart|ipc|atropos|qlora) MODE="$1"; shift ;;
 esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

@@ -500,10 +500,17 @@ class _StepMetricsCallback(TrainerCallback):
                 model=str(loaded_cfg().get("base_model") or getattr(tr.model, "name_or_path", "")),
                 tolerance=tr.verify_tolerance if tr.grpo.verify_sync else None,
                 server_peak_rss_mb=round(self._server_peak, 1) if self._server_peak else None,
-                extra={"sync_interval": tr.grpo.sync_interval, **_atropos_summary(tr)},
+                extra={"sync_interval": tr.grpo.sync_interval, "optimizer": _optimizer_name(tr.optimizer),
+                       **_atropos_summary(tr)},
             )
             tr.metrics_writer.finish(summary, title=f"grpo_plugin · {tr.weight_sync.mode}")
         tr.close_sync()
+
+
+def _optimizer_name(optimizer) -> str | None:
+    """The optimizer class that stepped (accelerate wraps it), e.g. PagedAdamW8bit."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    return type(inner).__name__ if inner is not None else None
 
 
 def _atropos_summary(tr: GRPOPluginTrainer) -> dict:

@@ -1,6 +1,6 @@
-"""QLoRA and 8-bit bases through `axolotl train` on the shared session server (tests/conftest.py `vllm_server`,
-as if started with `axolotl vllm-serve`): the server serves the trainer's dequantized base, every adapter push is
-verified, the reward rises, and the server gets its own checkpoint back when the run ends."""
+"""QLoRA and 8-bit bases, and the memory-lean optimizers, through `axolotl train` on the shared session servers
+(tests/conftest.py, as if started with `axolotl vllm-serve`): the server serves the trainer's dequantized base,
+every adapter push is verified, the reward rises, and the server gets its own checkpoint back when the run ends."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from tests.e2e.test_axolotl_train import quickstart, train
 
 pytestmark = pytest.mark.e2e
 
-BASES = {  # the quickstart's base (4-bit) and the 8-bit variant its header names
-    "nf4": {},
-    "int8": {"adapter": "lora", "load_in_4bit": False, "load_in_8bit": True},
+# the quickstart's base (4-bit) and the 8-bit variant its header names, each with a memory-lean optimizer a
+# QLoRA user picks (bitsandbytes' paged and 8-bit AdamW run on CPU too: without paging there)
+BASES = {
+    "nf4": {"optimizer": "paged_adamw_8bit"},  # the QLoRA paper's optimizer
+    "int8": {"adapter": "lora", "load_in_4bit": False, "load_in_8bit": True, "optimizer": "adamw_bnb_8bit"},
 }
 
 
@@ -46,7 +48,24 @@ def test_quantized_base_quickstart_learns_with_every_sync_verified(base, tmp_pat
     # fp16, so the fp16 tolerance applies (measured ~2e-3 against this fp32 server)
     assert all(d is not None and d <= (1e-4 if base == "nf4" else 1e-2) for d in diffs), diffs
     assert summary["reward_mean_last_20pct"] > summary["reward_mean_first_20pct"] + 0.2, summary
+    assert summary["optimizer"] == {"nf4": "PagedAdamW8bit", "int8": "AdamW8bit"}[base], summary["optimizer"]
     assert not re.search(r"could not reload the server's own checkpoint", log)
     # the shared server serves its own checkpoint again, as before the run
     after = client.prompt_logprobs(probe_ids, model=served)
     assert probe.logprob_diff(after, before)[1] == 0.0
+
+
+def test_adafactor_full_fine_tune_with_every_sync_verified(tmp_path, tiny_model_dir, tiny_data_file, cache_env,
+                                                           full_weight_server):
+    """Adafactor, the memory-lean choice for full fine-tuning (factored second moments, no first moment), through
+    `restart` on the shared full-weight server."""
+    steps = 4
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml",
+                           server=full_weight_server, max_steps=steps, optimizer="adafactor")
+    proc = train(path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+    summary = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+    assert summary["optimizer"] == "Adafactor", summary["optimizer"]
+    assert summary["all_syncs_verified"] is True and summary["num_syncs"] == steps
+    assert summary["sync_logprob_diff_max"] <= 1e-4

@@ -66,6 +66,7 @@ def test_the_expected_recipes_exist():
     for mode in ("lora_sync", "restart"):
         for layout in ("1gpu", "2gpu", "8gpu"):
             assert any(f"-{mode}-{layout}" in n for n in names), (mode, layout)
+    assert "qwen2.5-7b-qlora-1gpu" in names  # QLoRA: a 7B policy beside vLLM on one GPU
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT / "configs")))
@@ -76,7 +77,8 @@ def test_config_validates_through_axolotl(path, load):
     assert cfg.trainer_cls == "grpo_plugin.trainer.GRPOPluginTrainer"
     sync = cfg.grpo["sync"]
     assert sync in ("lora_sync", "restart", "ipc")
-    assert (cfg.adapter == "lora") is (sync == "lora_sync")
+    assert (cfg.adapter in ("lora", "qlora")) is (sync == "lora_sync")
+    assert (cfg.adapter == "qlora") is bool(cfg.load_in_4bit)
     # TRL: the generation batch (micro batch x steps x ranks) must hold whole groups, for any number of ranks
     assert cfg.micro_batch_size % cfg.trl.num_generations == 0
     if raw.get("deepspeed"):

@@ -9,6 +9,7 @@ ONE run on the same machine:
                                     [--seed N] [--no-stock] [--json]
                                                                                                (bench/e2e.py)
     python -m grpo_plugin.bench code [--problems 16] [--group 8] [--json]                       (bench/code.py)
+    python -m grpo_plugin.bench qlora [--size 100m] [--steps 3] [--json]                        (bench/qlora.py)
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--problems", type=int, default=16, help="HumanEval problems in the batch")
     c.add_argument("--group", type=int, default=8, help="completions per problem")
     c.add_argument("--json", action="store_true", help="print one JSON object")
+    q = sub.add_parser("qlora", help="quantized bases: trainer memory 16/8/4-bit; probe vs the served base")
+    q.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
+    q.add_argument("--steps", type=int, default=3, help="AdamW steps per memory run")
+    q.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     bench = _module(args)
     # libraries print banners on stdout when imported (deepspeed's accelerator line): stdout is the report's
@@ -78,6 +83,8 @@ def _module(args):
 def _run(bench, args) -> dict:
     if args.cmd == "code":
         return bench.run(args.problems, args.group)
+    if args.cmd == "qlora":
+        return bench.run(args.size, args.steps)
     if args.cmd == "e2e":
         return bench.run(args.size, args.steps, [x for x in args.modes.split(",") if x], args.completion_len,
                          args.prompts, args.seed, stock=not args.no_stock)
