@@ -508,9 +508,17 @@ class _StepMetricsCallback(TrainerCallback):
 
 
 def _optimizer_name(optimizer) -> str | None:
-    """The optimizer class that stepped (accelerate wraps it), e.g. PagedAdamW8bit."""
+    """The optimizer that stepped (accelerate wraps it): its class, and for bitsandbytes' the state bits and paging
+    (its AdamW class serves adamw_bnb_8bit and paged_adamw_8bit alike), e.g. "bitsandbytes AdamW 8-bit paged"."""
     inner = getattr(optimizer, "optimizer", optimizer)
-    return type(inner).__name__ if inner is not None else None
+    if inner is None:
+        return None
+    name = type(inner).__name__
+    if type(inner).__module__.startswith("bitsandbytes"):
+        bits = getattr(getattr(inner, "args", None), "optim_bits", None)
+        paged = " paged" if getattr(inner, "is_paged", False) else ""
+        name = f"bitsandbytes {name}" + (f" {bits}-bit" if bits else "") + paged
+    return name
 
 
 def _atropos_summary(tr: GRPOPluginTrainer) -> dict:

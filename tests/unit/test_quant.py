@@ -8,8 +8,8 @@ import torch
 bnb = pytest.importorskip("bitsandbytes")
 
 from grpo_plugin.quant.dequant import (  # noqa: E402
-    describe,
     dequantized_base,
+    describe,
     keep_training_numerics,
     quantized_layers,
 )

@@ -85,13 +85,12 @@ def worker(model_dir: str, base: str, steps: int) -> dict:
     transformers imported) after loading and at the peak of training (run as a subprocess by `memory`)."""
     import resource
 
+    import peft  # noqa: F401  (imported before the baseline, like everything the model needs)
     import psutil
     import torch
+    import transformers  # noqa: F401
 
     from grpo_plugin.quant.dequant import keep_training_numerics
-
-    import peft  # noqa: F401  (imported before the baseline, like everything the model needs)
-    import transformers  # noqa: F401
 
     mb = 2**20
     baseline = psutil.Process().memory_info().rss
@@ -134,7 +133,7 @@ def probe_differences(model_dir: str, tmp) -> list[dict]:
     import torch
 
     from grpo_plugin.server.process import ServerSpec, launch
-    from grpo_plugin.sync import ProbeVerifier, SyncResult
+    from grpo_plugin.sync import ProbeVerifier
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.sync.served_base import ServedBase
 

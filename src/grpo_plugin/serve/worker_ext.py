@@ -33,8 +33,9 @@ class GRPOWorkerExtension:
 
     def grpo_reload_weights(self, weights_path: str | None = None) -> dict:
         """`weights_path` None: the checkpoint this server was started on (a quantized run puts the original base
-        back when it ends, sync/served_base.py). Returns a report, or {"error": ...}: an exception escaping a collective_rpc method can kill vLLM
-        0.32's engine (an AttributeError does), so failures are reported, and the trainer raises them."""
+        back when it ends, sync/served_base.py). Returns a report, or {"error": ...}: an exception escaping a
+        collective_rpc method can kill vLLM 0.32's engine (an AttributeError does), so failures are reported, and
+        the trainer raises them."""
         try:
             return self._grpo_reload(weights_path)
         except Exception as exc:  # reported to the caller, never swallowed

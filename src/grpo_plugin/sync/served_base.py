@@ -58,8 +58,13 @@ class ServedBase:
                 "difference and accept it explicitly with `grpo.verify_tolerance` (docs/modes.md, QLoRA).")
 
     def prepare(self, trainer) -> None:
-        from grpo_plugin.quant.dequant import compute_dtype, describe, keep_training_numerics, quantized_layers
-        from grpo_plugin.quant.dequant import upcast_adapter
+        from grpo_plugin.quant.dequant import (
+            compute_dtype,
+            describe,
+            keep_training_numerics,
+            quantized_layers,
+            upcast_adapter,
+        )
 
         self.inner.prepare(trainer)
         model = trainer.accelerator.unwrap_model(trainer.model)
