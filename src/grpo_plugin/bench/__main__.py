@@ -4,6 +4,7 @@ ONE run on the same machine:
     python -m grpo_plugin.bench sync --mode lora_sync [--model DIR] [--repeats 30] [--json]     (bench/lora.py)
     python -m grpo_plugin.bench sync --mode restart [--sizes tiny,100m] [--repeats 20] [--json] (bench/restart.py)
     python -m grpo_plugin.bench ipc [--sizes tiny,100m] [--repeats 20] [--eager-only] [--json]  (bench/ipc.py)
+    python -m grpo_plugin.bench ipc --cuda [--shape 1.5b] [--steps 3] [--json]              (bench/ipc_cuda.py)
     python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--spool DIR] [--json] (bench/atropos.py)
     python -m grpo_plugin.bench e2e [--size 100m] [--steps 20] [--prompts 2] [--modes lora_sync,restart,ipc]
                                     [--seed N] [--no-stock] [--json]
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> None:
     i.add_argument("--sizes", default="tiny,100m", help="model sizes to build (tiny, 100m)")
     i.add_argument("--repeats", type=int, default=20, help="syncs per mode and model")
     i.add_argument("--eager-only", action="store_true", help="skip the torch.compile'd servers")
+    i.add_argument("--cuda", action="store_true", help="ipc on CUDA: export/attach with a torch-only server process")
+    i.add_argument("--shape", default="1.5b", help="--cuda: model shape (tiny, 1.5b)")
+    i.add_argument("--steps", type=int, default=3, help="--cuda: AdamW steps, each checked bit for bit")
     i.add_argument("--json", action="store_true", help="print one JSON object")
     a = sub.add_parser("atropos", help="Atropos batch -> tensors: ours vs the Atropos example trainer")
     a.add_argument("--shapes", default="quickstart,gsm8k,long", help="synthetic batch shapes")
@@ -77,6 +81,8 @@ def _module(args):
     import importlib
 
     name = args.cmd if args.cmd != "sync" else ("restart" if args.mode == "restart" else "lora")
+    if args.cmd == "ipc" and args.cuda:
+        name = "ipc_cuda"
     return importlib.import_module(f"grpo_plugin.bench.{name}")
 
 
@@ -90,6 +96,8 @@ def _run(bench, args) -> dict:
                          args.prompts, args.seed, stock=not args.no_stock)
     if args.cmd == "atropos":
         return bench.run([x for x in args.shapes.split(",") if x], args.repeats, args.spool)
+    if args.cmd == "ipc" and args.cuda:
+        return bench.run(args.shape, args.steps)
     if args.cmd == "ipc":
         return bench.run([x for x in args.sizes.split(",") if x], args.repeats, compiled=not args.eager_only)
     if args.mode == "restart":

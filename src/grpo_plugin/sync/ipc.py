@@ -1,9 +1,10 @@
 """`grpo.sync: ipc` — the trainer and the vLLM server share ONE copy of the weights; the optimizer step is the sync.
 
-The server (started for ipc: ipc/vllm_plugin.py) keeps every weight in one shared-memory file and computes with
-exactly those tensors. `prepare` maps that file in the trainer and makes every parameter of the trainer's model a
-view of it (ipc/layout.py: fused q/k/v and gate/up row slices, padded vocabulary, tied embeddings; anything
-unmapped is an error, never zero-filled). The trainer's initial values are written into the shared copy once,
+The server (started for ipc: ipc/vllm_plugin.py) shares every weight it computes with — on vLLM-CPU through one
+shared-memory file, on CUDA through CUDA IPC handles (ipc/transport.py picks by the server's manifest). `prepare`
+attaches those tensors in the trainer and makes every parameter of the trainer's model a view of them
+(ipc/layout.py: fused q/k/v and gate/up row slices, padded vocabulary, tied embeddings; anything unmapped is an
+error, never zero-filled). The trainer's initial values are written into the shared copy once,
 and its own copy is dropped. From then on `optimizer.step()` writes the server's weights in place.
 
 Ordering (`grpo.ipc_fence`), around every optimizer step, via the trainer's callbacks:
@@ -21,16 +22,15 @@ server's file, copying its current weights in, instead of training on an orphane
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 
-import psutil
 import torch
 from transformers import TrainerCallback
 
+from grpo_plugin.ipc.cuda import CudaIpcError
 from grpo_plugin.ipc.layout import UnmappedParameterError, attach, check, views_from_layout
-from grpo_plugin.ipc.shm import map_manifest
+from grpo_plugin.ipc.transport import Transport, transport_for
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.sync.base import (
     PrefixCacheReset,
@@ -70,7 +70,7 @@ class IpcSync:
         self._served: str | None = None
         self._model = None
         self.manifest: dict | None = None
-        self._fd: int | None = None
+        self.transport: Transport | None = None
         self.reattached = 0
 
     @property
@@ -116,10 +116,16 @@ class IpcSync:
         values into them first (the trainer's weights are the truth: its own load, or steps already taken)."""
         model = self._model
         try:
-            views = views_from_layout(manifest["hf"], map_manifest(manifest))
-        except (FileNotFoundError, ValueError) as exc:
+            transport = transport_for(manifest)
+            views = views_from_layout(manifest["hf"], transport.attach(manifest))
+        except (FileNotFoundError, ValueError, CudaIpcError) as exc:
             raise SyncError(f"grpo.sync=ipc: {exc}") from exc
         params = dict(model.named_parameters(remove_duplicate=False))
+        devices = {p.device.type for p in params.values()} - {v.device.type for v in views.values()}
+        if devices:
+            raise SyncError(f"grpo.sync=ipc: the trainer's model is on {sorted(devices)} but the server's weights "
+                            f"are on {sorted({v.device.type for v in views.values()})}; one shared copy lives on "
+                            "one device: run the trainer where the server computes.")
         dtypes = {str(p.dtype) for p in params.values()} - {str(v.dtype) for v in views.values()}
         if dtypes:
             served = sorted({str(v.dtype) for v in views.values()})
@@ -147,25 +153,18 @@ class IpcSync:
         else:  # keep the Parameter objects (the optimizer's state is keyed by them); move their storage
             for name, p in params.items():
                 p.data = views[name]
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = os.open(manifest["file"], os.O_RDONLY)
-        self.manifest = manifest
+        transport.after_write()  # the copies above are complete before the server computes again
+        if self.transport is not None and self.transport is not transport:
+            self.transport.close()
+        self.transport, self.manifest = transport, manifest
         self.client.reset_prefix_cache()
-        print(f"[grpo_plugin] ipc: {len(params)} parameters attached to {manifest['file']} ({copied / 2**20:.1f} MiB "
-              f"shared with vLLM worker pid {manifest['pid']}); the trainer holds no copy of its own",
-              file=sys.stderr, flush=True)
+        print(f"[grpo_plugin] ipc: {len(params)} parameters attached to {transport.describe()} "
+              f"({copied / 2**20:.1f} MiB shared with vLLM worker pid {manifest['pid']}); the trainer holds no copy "
+              "of its own", file=sys.stderr, flush=True)
 
     def orphaned(self) -> str | None:
         """Why the mapping no longer belongs to a live server (its file was removed, its worker is gone)."""
-        if self._fd is None or self.manifest is None:
-            return None
-        if os.fstat(self._fd).st_nlink == 0:
-            return f"its weight file {self.manifest['file']} was removed"
-        pid = self.manifest.get("pid")
-        if pid and not psutil.pid_exists(pid):
-            return f"its worker process {pid} is gone"
-        return None
+        return self.transport.orphaned() if self.transport is not None else None
 
     def ensure_attached(self) -> None:
         why = self.orphaned()
@@ -196,6 +195,8 @@ class IpcSync:
         """`version`: the optimizer steps the shared weights now hold (announced before generation resumes)."""
         t0 = time.perf_counter()
         try:
+            if self.transport is not None:
+                self.transport.after_write()  # CUDA: the step's kernels are done before the server computes
             if self.fence == "server":
                 self._server_fence.release(version if self.announce else None, self.generation_model)
             else:
@@ -225,9 +226,8 @@ class IpcSync:
 
     def close(self) -> None:
         self._reset.close()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self.transport is not None:
+            self.transport.close()
 
 
 class _StepFence(TrainerCallback):
