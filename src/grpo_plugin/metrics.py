@@ -212,7 +212,22 @@ def _atropos_lines(a: dict | None, f) -> list[str]:
     ]
 
 
+def optimizer_name(optimizer) -> str | None:
+    """The optimizer that stepped (accelerate wraps it): its class, and for bitsandbytes' the state bits and paging
+    (its AdamW class serves adamw_bnb_8bit and paged_adamw_8bit alike), e.g. "bitsandbytes AdamW 8-bit paged"."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    if inner is None:
+        return None
+    name = type(inner).__name__
+    if type(inner).__module__.startswith("bitsandbytes"):
+        bits = getattr(getattr(inner, "args", None), "optim_bits", None)
+        paged = " paged" if getattr(inner, "is_paged", False) else ""
+        name = f"bitsandbytes {name}" + (f" {bits}-bit" if bits else "") + paged
+    return name
+
+
 if __name__ == "__main__":
     import sys
 
     print(report(sys.argv[1] if len(sys.argv) > 1 else "."))
+

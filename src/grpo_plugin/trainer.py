@@ -33,7 +33,7 @@ from transformers import TrainerCallback
 from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, current_settings, loaded_cfg
 from grpo_plugin.checkpoints import save_after_failure
 from grpo_plugin.compat.host import host
-from grpo_plugin.metrics import MetricsWriter, listening_pid, rss_mb, summarize
+from grpo_plugin.metrics import MetricsWriter, listening_pid, optimizer_name, rss_mb, summarize
 from grpo_plugin.probe import SyncVerificationError
 from grpo_plugin.producers.local import LocalRolloutProducer
 from grpo_plugin.producers.prefetch import PrefetchingProducer
@@ -500,25 +500,11 @@ class _StepMetricsCallback(TrainerCallback):
                 model=str(loaded_cfg().get("base_model") or getattr(tr.model, "name_or_path", "")),
                 tolerance=tr.verify_tolerance if tr.grpo.verify_sync else None,
                 server_peak_rss_mb=round(self._server_peak, 1) if self._server_peak else None,
-                extra={"sync_interval": tr.grpo.sync_interval, "optimizer": _optimizer_name(tr.optimizer),
+                extra={"sync_interval": tr.grpo.sync_interval, "optimizer": optimizer_name(tr.optimizer),
                        **_atropos_summary(tr)},
             )
             tr.metrics_writer.finish(summary, title=f"grpo_plugin · {tr.weight_sync.mode}")
         tr.close_sync()
-
-
-def _optimizer_name(optimizer) -> str | None:
-    """The optimizer that stepped (accelerate wraps it): its class, and for bitsandbytes' the state bits and paging
-    (its AdamW class serves adamw_bnb_8bit and paged_adamw_8bit alike), e.g. "bitsandbytes AdamW 8-bit paged"."""
-    inner = getattr(optimizer, "optimizer", optimizer)
-    if inner is None:
-        return None
-    name = type(inner).__name__
-    if type(inner).__module__.startswith("bitsandbytes"):
-        bits = getattr(getattr(inner, "args", None), "optim_bits", None)
-        paged = " paged" if getattr(inner, "is_paged", False) else ""
-        name = f"bitsandbytes {name}" + (f" {bits}-bit" if bits else "") + paged
-    return name
 
 
 def _atropos_summary(tr: GRPOPluginTrainer) -> dict:

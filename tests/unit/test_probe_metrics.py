@@ -136,3 +136,18 @@ def test_listening_pid_finds_our_own_listener():
         s.bind(("127.0.0.1", 0))
         s.listen()
         assert listening_pid(s.getsockname()[1]) == os.getpid()
+
+
+def test_the_summary_names_bitsandbytes_optimizers_by_bits_and_paging():
+    import bitsandbytes as bnb
+    import torch
+
+    from grpo_plugin.metrics import optimizer_name
+
+    params = [torch.nn.Parameter(torch.zeros(4))]
+    assert optimizer_name(torch.optim.AdamW(params)) == "AdamW"
+    assert optimizer_name(bnb.optim.AdamW(params, optim_bits=8, is_paged=True)) == "bitsandbytes AdamW 8-bit paged"
+    assert optimizer_name(bnb.optim.AdamW(params, optim_bits=8)) == "bitsandbytes AdamW 8-bit"
+    wrapped = type("AcceleratedOptimizer", (), {"optimizer": torch.optim.SGD(params, lr=0.1)})()
+    assert optimizer_name(wrapped) == "SGD"
+    assert optimizer_name(None) is None

@@ -55,11 +55,14 @@ class FencedSync:
         self.mode = inner.mode
         self.needs_initial_push = inner.needs_initial_push
         self.starts_server = inner.starts_server
-        self.writes_in_place = inner.writes_in_place
 
     @property
     def generation_model(self) -> str:
         return self.inner.generation_model
+
+    @property
+    def writes_in_place(self) -> bool:
+        return self.inner.writes_in_place
 
     @property
     def verify_context(self) -> str:

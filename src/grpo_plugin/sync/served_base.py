@@ -34,7 +34,6 @@ class ServedBase:
         self.mode = inner.mode
         self.needs_initial_push = inner.needs_initial_push
         self.starts_server = inner.starts_server
-        self.writes_in_place = inner.writes_in_place
         self._sync_dir, self._rpc_timeout = sync_dir, rpc_timeout
         self._model = None
         self._reload: InPlaceReload | None = None
@@ -47,15 +46,22 @@ class ServedBase:
         return self.inner.generation_model
 
     @property
+    def writes_in_place(self) -> bool:
+        """The push that loads the base rewrites weights the server computes with: the trainer's policy gate then
+        waits for any generation in flight (sync/gate.py). Adapter pushes serve new names, as lora_sync's do."""
+        return (self._model is not None and not self.base_sent) or self.inner.writes_in_place
+
+    @property
     def verify_context(self) -> str:
         """Said with a failed probe: what the server and the trainer compute with, and the explicit way to accept
         a difference the quantized matmul itself adds."""
         if not self.quantization:
             return getattr(self.inner, "verify_context", "")
+        loaded = "loaded before the first push" if self.base_sent else "not loaded yet"
         return (f"The trainer computes with a {self.quantization} base and the server with its dequantized weights "
-                f"(loaded {'at this run' if self.base_sent else 'never'}). Where the quantized matmul itself "
-                "differs from any served weights (8-bit LLM.int8 on CUDA quantizes activations too), measure the "
-                "difference and accept it explicitly with `grpo.verify_tolerance` (docs/modes.md, QLoRA).")
+                f"({loaded}). Where the quantized matmul itself differs from any served weights (8-bit LLM.int8 on "
+                "CUDA quantizes activations too), measure the difference and accept it explicitly with "
+                "`grpo.verify_tolerance` (docs/modes.md, QLoRA).")
 
     def prepare(self, trainer) -> None:
         from grpo_plugin.quant.dequant import (
