@@ -72,8 +72,13 @@ def _export_cuda_after_load(loader_cls) -> None:
         why = cuda.refusal(quantization=getattr(model_config, "quantization", None),
                            tensor_parallel_size=vllm_config.parallel_config.tensor_parallel_size,
                            sleep_mode=bool(getattr(model_config, "enable_sleep_mode", False)))
-        EXPORTED = {"error": f"this vLLM server cannot share its weights through CUDA IPC: {why}"} if why else \
-            cuda.export(model, model_name=str(model_config.model), hf_config=model_config.hf_config)
+        if why is None:
+            try:
+                EXPORTED = cuda.export(model, model_name=str(model_config.model), hf_config=model_config.hf_config)
+            except cuda.CudaIpcError as exc:  # the server still serves; the trainer refuses to attach, saying why
+                why = str(exc)
+        if why is not None:
+            EXPORTED = {"error": f"this vLLM server cannot share its weights through CUDA IPC: {why}"}
         return model
 
     loader_cls.load_model = load_model
