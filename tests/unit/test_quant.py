@@ -34,7 +34,7 @@ def load(path, quant: str | None, peft: bool = False):
 
     kw = {}
     if quant:
-        extra = {"bnb_4bit_compute_dtype": torch.float32} if "4bit" in str(QUANTS[quant]) else {}
+        extra = {"bnb_4bit_compute_dtype": torch.float32} if QUANTS[quant].get("load_in_4bit") else {}
         kw = {"quantization_config": BitsAndBytesConfig(**QUANTS[quant], **extra), "device_map": "cpu"}
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, **kw)
     if peft:

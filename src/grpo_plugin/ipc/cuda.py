@@ -102,8 +102,8 @@ def export(model, *, model_name: str = "", hf_config=None) -> dict:
     for name, p in named:
         key = p.data_ptr()
         if key in first:
-            params[name] = dict(params[first[key]], alias_of=first[key])
-            params[name].pop("handle", None)
+            source = params[first[key]]
+            params[name] = {"dtype": source["dtype"], "shape": source["shape"], "alias_of": first[key]}
             continue
         if not p.is_contiguous():
             raise CudaIpcError(f"parameter {name} is not contiguous")

@@ -19,6 +19,8 @@ import torch
 
 
 class Transport(Protocol):
+    manifest: dict | None  # the manifest of the last attach
+
     def attach(self, manifest: dict) -> dict[str, torch.Tensor]: ...
 
     def orphaned(self) -> str | None: ...

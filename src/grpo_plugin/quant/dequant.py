@@ -95,8 +95,9 @@ def dequantize(module, dtype: torch.dtype) -> torch.Tensor:
 def dequantized_base(model) -> dict[str, torch.Tensor]:
     """The base weights `model` (a PEFT model or a plain one) computes with, in checkpoint naming (HF names, no
     PEFT wrappers, no adapter tensors, no non-persistent buffers), one entry per storage (a tied LM head is the
-    embedding, written once), every quantized weight dequantized. Tensors that are not quantized are the live
-    ones (detached, not copied)."""
+    embedding, written once), every quantized weight dequantized — and moved to the CPU as it is made, so a GPU
+    holds at most one dequantized layer at a time (a 7B base is 15 GB dequantized). Tensors that are not quantized
+    are the live ones (detached, not copied)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     quantized = {id(m) for m in quantized_layers(base).values()}
     default = next(base.get_input_embeddings().parameters()).dtype
@@ -115,7 +116,7 @@ def dequantized_base(model) -> dict[str, torch.Tensor]:
                 continue
             seen.add(key)
             if leaf == "weight" and id(module) in quantized:
-                value = dequantize(module, compute_dtype(module, default))
+                value = dequantize(module, compute_dtype(module, default)).cpu()
             else:
                 value = t.detach()
             out[f"{prefix}.{leaf}" if prefix else leaf] = value

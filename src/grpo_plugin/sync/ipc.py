@@ -69,9 +69,13 @@ class IpcSync:
         self._blocked_ms = 0.0  # trainer time spent on fencing since the last push
         self._served: str | None = None
         self._model = None
-        self.manifest: dict | None = None
         self.transport: Transport | None = None
         self.reattached = 0
+
+    @property
+    def manifest(self) -> dict | None:
+        """The manifest of the server the trainer is attached to (its transport keeps it)."""
+        return self.transport.manifest if self.transport is not None else None
 
     @property
     def generation_model(self) -> str:
@@ -156,7 +160,7 @@ class IpcSync:
         transport.after_write()  # the copies above are complete before the server computes again
         if self.transport is not None and self.transport is not transport:
             self.transport.close()
-        self.transport, self.manifest = transport, manifest
+        self.transport = transport
         self.client.reset_prefix_cache()
         print(f"[grpo_plugin] ipc: {len(params)} parameters attached to {transport.describe()} "
               f"({copied / 2**20:.1f} MiB shared with vLLM worker pid {manifest['pid']}); the trainer holds no copy "
