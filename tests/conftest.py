@@ -106,6 +106,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> int:
+    """The first of `n` consecutive free ports (grpo.num_servers starts servers on consecutive ports)."""
+    for _ in range(200):
+        first = free_port()
+        if first + n - 1 > 65535:
+            continue
+        socks = []
+        try:
+            for port in range(first, first + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports found")
+
+
 @pytest.fixture(scope="session")
 def cache_env(tmp_path_factory):
     cache = tmp_path_factory.mktemp("vllm-cache")

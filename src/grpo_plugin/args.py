@@ -133,6 +133,17 @@ class GRPOSettings(BaseModel):
         default=False,
         description="`axolotl train` starts the vLLM server itself (same config) and stops it at exit.",
     )
+    num_servers: int = Field(
+        default=1, ge=1, le=64,
+        description="vLLM servers on consecutive ports from vllm.port (all started by `axolotl vllm-serve`, or "
+        "by `axolotl train` with managed_server): rollouts are split across them by prompt group, every push goes "
+        "to all and is verified on each. See docs/scaling.md.",
+    )
+    server_urls: list[str] | None = Field(
+        default=None, min_length=1,
+        description="The vLLM servers' base URLs, e.g. one per node started with `axolotl vllm-serve` (instead "
+        "of vllm.host/vllm.port and num_servers; not with managed_server).",
+    )
     server_timeout: float = Field(
         default=600.0, gt=0, description="Seconds to wait for the vLLM server to become healthy (at start, and "
         "for an unmanaged server to come back after it was lost)."
@@ -228,6 +239,7 @@ class GRPOSettings(BaseModel):
                     "computes with the trainer's own weights, so every optimizer step is visible at once. "
                     "Remove grpo.sync_interval."
                 )
+        self._check_servers()
         if self.sync == "restart" and self.restart_strategy is None:
             self.restart_strategy = "reload"
         if self.restart_strategy == "process" and not self.managed_server:
@@ -237,6 +249,42 @@ class GRPOSettings(BaseModel):
                 "`grpo.restart_strategy: reload` (the default) with a server started by `axolotl vllm-serve`."
             )
         return self
+
+
+    def _check_servers(self) -> None:
+        from urllib.parse import urlparse
+
+        if self.server_urls is not None:
+            bad = [u for u in self.server_urls
+                   if urlparse(u).scheme not in ("http", "https") or not urlparse(u).hostname
+                   or urlparse(u).port is None]
+            if bad:
+                raise ValueError(f"grpo.server_urls: {bad} must look like http://HOST:PORT (a vLLM server)")
+            if len(set(u.rstrip("/") for u in self.server_urls)) != len(self.server_urls):
+                raise ValueError(f"grpo.server_urls lists a server twice: {self.server_urls}")
+            if self.num_servers != 1:
+                raise ValueError("grpo.server_urls and grpo.num_servers both say which servers to use: keep one "
+                                 "(server_urls for servers started elsewhere; num_servers for servers on "
+                                 "consecutive ports of this machine).")
+            if self.managed_server:
+                raise ValueError("grpo.server_urls names servers started elsewhere, but grpo.managed_server: true "
+                                 "starts them itself. Use grpo.num_servers with managed_server, or remove "
+                                 "managed_server.")
+            if self.sync == "ipc":
+                remote = [u for u in self.server_urls if urlparse(u).hostname not in LOCAL_HOSTS]
+                if remote:
+                    raise ValueError(f"grpo.sync: ipc shares one copy of the weights on this machine; "
+                                     f"grpo.server_urls {remote} are elsewhere. Use grpo.sync: restart or lora_sync.")
+        if self.servers > 1 and self.atropos is not None:
+            raise ValueError(
+                f"grpo.atropos with {self.servers} vLLM servers: the Atropos environments generate on one server "
+                "(their own server URL), so the others would sit idle and the policy-version ledger would be split. "
+                "Use one server with grpo.atropos.")
+
+    @property
+    def servers(self) -> int:
+        """How many vLLM servers the trainer uses."""
+        return len(self.server_urls) if self.server_urls else self.num_servers
 
 
 def _get(data: Any, key: str) -> Any:
@@ -333,6 +381,12 @@ def _check_ipc(data: dict) -> None:
                         f"{IPC_CUDA_ENV}=1 (every step is still verified by the post-sync probe; docs/modes.md), or "
                         "use grpo.sync: restart (full fine-tuning) or lora_sync on GPUs.")
 
+    grpo = data.get("grpo")
+    servers = len(_get(grpo, "server_urls") or []) or int(_get(grpo, "num_servers") or 1)
+    if servers > 1 and cuda_available():
+        problems.append(f"{servers} servers: on CUDA ipc shares one GPU's weights with one server (several servers "
+                        "mapping one GPU copy is built only for vLLM-CPU). Use one server, or grpo.sync: restart / "
+                        "lora_sync with several.")
     want = trainer_dtype(data)
     have = vllm_get("dtype")
     aliases = {"bfloat16": ("bfloat16", "bf16"), "float16": ("float16", "fp16", "half"), "float32": ("float32",

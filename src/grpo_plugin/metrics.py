@@ -93,6 +93,24 @@ def summarize(records: Sequence[dict], *, mode: str, model: str, tolerance: floa
     return out
 
 
+def server_summary(records: Sequence[dict], urls: Sequence[str], tolerance: float | None) -> list[dict]:
+    """Per server (pure): completions it sampled, syncs it took part in (every sync goes to every server) and
+    how many of them its own probe verified within `tolerance` (None: verification was off)."""
+    syncs = [r for r in records if r.get("sync_logprob_diff") is not None or r.get("sync_ms")]
+    out = []
+    for i, url in enumerate(urls):
+        rows = [r.get("server_rows") for r in records]
+        diffs = [(r.get("sync_server_diffs") or [])[i:i + 1] for r in syncs]
+        out.append({
+            "url": url,
+            "rollouts": sum(x[i] for x in rows if x and len(x) > i),
+            "syncs": len(syncs),
+            "syncs_verified": sum(1 for d in diffs if d and d[0] is not None and tolerance is not None
+                                  and d[0] <= tolerance),
+        })
+    return out
+
+
 def plot(records: Sequence[dict], path: str | Path, title: str = "") -> Path:
     import matplotlib
 

@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import time
 from contextlib import contextmanager
+from urllib.parse import urlparse
 
 import torch
 from axolotl.core.trainers.grpo.trainer import AxolotlAsyncGRPOTrainer
@@ -33,12 +34,20 @@ from transformers import TrainerCallback
 from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, current_settings, loaded_cfg
 from grpo_plugin.checkpoints import save_after_failure
 from grpo_plugin.compat.host import host
-from grpo_plugin.metrics import MetricsWriter, listening_pid, optimizer_name, rss_mb, summarize
+from grpo_plugin.metrics import (
+    MetricsWriter,
+    listening_pid,
+    optimizer_name,
+    rss_mb,
+    server_summary,
+    summarize,
+)
 from grpo_plugin.probe import SyncVerificationError
 from grpo_plugin.producers.local import LocalRolloutProducer
 from grpo_plugin.producers.prefetch import PrefetchingProducer
-from grpo_plugin.server.client import ServerError, VLLMServerClient
-from grpo_plugin.server.process import Progress, wait_until
+from grpo_plugin.server.client import ServerError
+from grpo_plugin.server.connect import connect, server_urls, wait_for_servers
+from grpo_plugin.server.group import replicas_of
 from grpo_plugin.server.recovery import ServerGuard, ServerUnrecoverable
 from grpo_plugin.sync import DeferredVerifier, ProbeVerifier, SyncResult, build_weight_sync
 from grpo_plugin.sync.base import SyncError
@@ -67,39 +76,12 @@ def _without_trl_server_client():
         VLLMGeneration._init_vllm = orig
 
 
-def server_base_url(args) -> str:
-    if getattr(args, "vllm_server_base_url", None):
-        return args.vllm_server_base_url
-    host = args.vllm_server_host or "127.0.0.1"
-    host = "127.0.0.1" if host == "0.0.0.0" else host
-    return f"http://{host}:{args.vllm_server_port}"
-
-
-def wait_for_server(client: VLLMServerClient, timeout: float) -> None:
-    from grpo_plugin.server import managed
-
-    server = managed.current()
-    if server is not None:
-        server.wait_healthy(timeout, client.healthy, Progress(f"starting vLLM on {client.base_url}"))
-        return
-    if client.healthy():
-        return
-    waited = wait_until(client.healthy, timeout, Progress(f"waiting for the vLLM server at {client.base_url}"),
-                        lambda _: "not up yet — start it with `axolotl vllm-serve <config.yaml>`",
-                        ready="connected", poll=1.0)
-    if waited is None:
-        raise ConnectionError(
-            f"No vLLM server answered at {client.base_url}/health within {timeout:.0f} s. Start it with "
-            "`axolotl vllm-serve <config.yaml>` in another terminal, or set `grpo.managed_server: true` "
-            "so `axolotl train` starts it."
-        )
-
-
 class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
     def __init__(self, *args, grpo_settings: GRPOSettings | None = None, **kwargs):
         self.grpo = grpo_settings or current_settings()
         training_args = kwargs["args"]
-        self.vllm_server = VLLMServerClient(server_base_url(training_args), timeout=self.grpo.request_timeout)
+        # one server, or several behind one client (server/group.py: rollouts split, every push to all)
+        self.vllm_server = connect(server_urls(training_args, self.grpo), timeout=self.grpo.request_timeout)
         # which weights the server generates with; rollouts lease a version, in-place writes exclude them
         self.policy_gate = PolicyGate()
         self.weight_sync = build_weight_sync(self.grpo, self.vllm_server, self.policy_gate)
@@ -109,6 +91,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self._pending_rollout_ms = 0.0
         self._pending_generate_ms = 0.0
         self._pending_rollout_info: dict = {}
+        self._pending_server_rows: list[int] | None = None
         self._row_temperatures: torch.Tensor | None = None  # per-sequence sampling temperatures (Atropos)
         self.atropos_producer = None
         self._step_losses: list[float] = []
@@ -128,7 +111,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         # axolotl 0.19's deferred scoring reads these (0.21 asks its tokenizer); TRL no longer sets them.
         self.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.eos_token_id = tok.eos_token_id
-        wait_for_server(self.vllm_server, self.grpo.server_timeout)
+        wait_for_servers(self.vllm_server, self.grpo.server_timeout)
         # before prepare(): a pending verification is finished before ipc's fence takes the gate for the step
         self.add_callback(_FinishVerification(self))
         self.weight_sync.prepare(self)
@@ -192,6 +175,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         what else the producer knows of it."""
         self._pending_rollout_ms += rollout_ms
         self._rollout_version = self._synced_version if policy_version is None else policy_version
+        rows = info.pop("server_rows", None)
+        if rows:  # completions each server sampled, summed over the step's rollouts
+            self._pending_server_rows = [a + b for a, b in zip(self._pending_server_rows or [0] * len(rows), rows)]
         self._pending_rollout_info = info
 
     # ---- sync ----------------------------------------------------------------------------------
@@ -358,7 +344,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
                                                  accelerator=self.accelerator, args=self.args)._data
         if "_grpo_policy_version" in rollout:  # a local rollout is taken for training now (main thread)
             self._pending_generate_ms += rollout.pop("_grpo_generate_ms")
-            self._on_rollout(rollout.pop("_grpo_wait_ms"), policy_version=rollout.pop("_grpo_policy_version"))
+            self._on_rollout(rollout.pop("_grpo_wait_ms"), policy_version=rollout.pop("_grpo_policy_version"),
+                             server_rows=rollout.pop("_grpo_server_rows", None))
         with self._temperatures_of(rollout):
             return super()._compute_deferred_scores(rollout)
 
@@ -434,6 +421,10 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             "trainer_rss_mb": round(rss_mb(), 1),
             "verify_ms": round(sync.verify_ms, 3) if sync else 0.0,
             "sync_pushed": bool(sync and sync.pushed),
+            "server_rows": self._pending_server_rows,  # completions sampled by each server
+            # each server's probe |Δlogp| (one entry per server)
+            "sync_server_diffs": (sync.server_diffs or [sync.logprob_diff]) if sync and sync.logprob_diff is not None
+            else None,
         }
         outages = self.guard.new_outages()
         rec["server_outages"] = len(outages)
@@ -443,7 +434,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         rec.update(self._pending_rollout_info)  # Atropos: policy_lag from the ledger, batch, rejected groups
         self._pending_sync, self._pending_rollout_ms, self._step_losses = None, 0.0, []
         self._pending_generate_ms = 0.0
-        self._pending_rollout_info = {}
+        self._pending_rollout_info, self._pending_server_rows = {}, None
         return rec
 
 
@@ -463,21 +454,19 @@ class _StepMetricsCallback(TrainerCallback):
         self.trainer = trainer
         self._t0 = 0.0
         self._server_peak = 0.0
-        self._unmanaged_pid: int | None = None
+        self._unmanaged_pids: list[int] | None = None
 
-    def _server_pid(self) -> int | None:
-        """The server process whose memory the summary reports: ours if managed, else the port's listener."""
-        from urllib.parse import urlparse
-
+    def _server_pids(self) -> list[int]:
+        """The server processes whose memory the summary reports: ours if managed, else the ports' listeners."""
         from grpo_plugin.server import managed
 
-        server = managed.current()
-        if server is not None:
-            return server.pid
-        if self._unmanaged_pid is None:
-            port = urlparse(self.trainer.vllm_server.base_url).port
-            self._unmanaged_pid = listening_pid(port) if port else 0
-        return self._unmanaged_pid or None
+        procs = managed.servers()
+        if procs:
+            return [p.pid for p in procs if p.pid]
+        if self._unmanaged_pids is None:
+            ports = [urlparse(c.base_url).port for c in replicas_of(self.trainer.vllm_server)]
+            self._unmanaged_pids = [pid for pid in (listening_pid(p) for p in ports if p) if pid]
+        return self._unmanaged_pids
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._t0 = time.perf_counter()
@@ -485,9 +474,9 @@ class _StepMetricsCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         tr = self.trainer
         rec = tr.step_record((time.perf_counter() - self._t0) * 1e3)
-        pid = self._server_pid()
-        if pid:
-            self._server_peak = max(self._server_peak, rss_mb(pid, tree=True))
+        pids = self._server_pids()
+        if pids:  # RSS summed over the servers (with ipc the shared file counts once per server)
+            self._server_peak = max(self._server_peak, sum(rss_mb(pid, tree=True) for pid in pids))
         if tr.metrics_writer is not None:
             tr.metrics_writer.write(rec)
         tr.last_record = rec
@@ -501,6 +490,9 @@ class _StepMetricsCallback(TrainerCallback):
                 tolerance=tr.verify_tolerance if tr.grpo.verify_sync else None,
                 server_peak_rss_mb=round(self._server_peak, 1) if self._server_peak else None,
                 extra={"sync_interval": tr.grpo.sync_interval, "optimizer": optimizer_name(tr.optimizer),
+                       "servers": server_summary(tr.metrics_writer.records,
+                                                 [c.base_url for c in replicas_of(tr.vllm_server)],
+                                                 tr.verify_tolerance if tr.grpo.verify_sync else None),
                        **_atropos_summary(tr)},
             )
             tr.metrics_writer.finish(summary, title=f"grpo_plugin · {tr.weight_sync.mode}")

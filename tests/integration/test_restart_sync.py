@@ -237,7 +237,7 @@ def test_process_restart_serves_new_weights_then_port_conflict_kills_nothing(ser
     second restart find its port taken by a process it did not start."""
     server, client, model_dir = servers["tied"]
     trainer = trainer_for(model_dir)
-    sync = RestartSync(client, strategy="process", server=lambda: server, start_timeout=300)
+    sync = RestartSync(client, strategy="process", servers=lambda: [server], start_timeout=300)
     request.addfinalizer(sync.close)
     sync.prepare(trainer)
     assert sync.needs_initial_push is False

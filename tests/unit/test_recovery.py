@@ -103,7 +103,7 @@ def test_without_a_watch_the_request_timeout_is_the_deadline(silent_server):
 def test_the_guard_declares_a_hang_after_server_hang_timeout(silent_server):
     client = VLLMServerClient(silent_server, timeout=300)
     client.health_timeout = 0.1
-    guard = ServerGuard(client, restore=lambda: None, step=lambda: 3, server=lambda: None, hang_timeout_s=0.5)
+    guard = ServerGuard(client, restore=lambda: None, step=lambda: 3, servers=lambda: [], hang_timeout_s=0.5)
     assert client.watch == guard.lost_reason  # installed on the client
     assert guard.lost_reason() is None  # the first silent /health starts the clock
     time.sleep(0.6)
@@ -114,7 +114,7 @@ def test_a_real_error_from_a_healthy_server_is_not_a_loss_and_other_errors_pass_
     client = VLLMServerClient(silent_server)
     client.healthy = lambda: True  # injected: the server answers /health
     guard = ServerGuard(client, restore=lambda: pytest.fail("no recovery for a real error"), step=lambda: 0,
-                        server=lambda: None)
+                        servers=lambda: [])
     with pytest.raises(ServerError, match="HTTP 400"):
         guard.run("rollout", lambda: (_ for _ in ()).throw(ServerError("POST /v1/completions -> HTTP 400: bad")))
     with pytest.raises(KeyError):
@@ -124,14 +124,14 @@ def test_a_real_error_from_a_healthy_server_is_not_a_loss_and_other_errors_pass_
 def test_unmanaged_server_that_never_returns_ends_with_the_command_to_run(silent_server):
     client = VLLMServerClient(silent_server)
     client.healthy = lambda: False  # injected: gone for good
-    guard = ServerGuard(client, restore=lambda: None, step=lambda: 7, server=lambda: None, wait_timeout_s=0.5)
+    guard = ServerGuard(client, restore=lambda: None, step=lambda: 7, servers=lambda: [], wait_timeout_s=0.5)
     with pytest.raises(ServerUnrecoverable, match=r"step 7 .*did not come back within 0.5 s .*axolotl vllm-serve"):
         guard.run("rollout", lambda: (_ for _ in ()).throw(ServerError("POST /v1/completions failed")))
 
 
 def test_a_disabled_guard_passes_everything_through(silent_server):
     client = VLLMServerClient(silent_server)
-    guard = ServerGuard(client, restore=lambda: None, step=lambda: 0, server=lambda: None, enabled=False)
+    guard = ServerGuard(client, restore=lambda: None, step=lambda: 0, servers=lambda: [], enabled=False)
     assert client.watch is None
     with pytest.raises(ServerError):
         guard.run("rollout", lambda: (_ for _ in ()).throw(ServerError("x")))

@@ -128,7 +128,7 @@ def run(sizes: list[str], repeats: int, process_repeats: int, axolotl_repeats: i
                 reload = RestartSync(client, strategy="reload", sync_dir=str(tmp))
                 reload.prepare(trainer)
                 res["reload"] = _timed_pushes(reload, model, verifier, range(0, repeats + 1), warmup=1)
-                process = RestartSync(client, strategy="process", sync_dir=str(tmp), server=lambda s=server: s,
+                process = RestartSync(client, strategy="process", sync_dir=str(tmp), servers=lambda s=server: [s],
                                       start_timeout=900)
                 process.prepare(trainer)
                 res["process"] = _timed_pushes(process, model, verifier, range(1000, 1000 + process_repeats), 0)

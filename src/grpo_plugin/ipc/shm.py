@@ -8,6 +8,9 @@ hf: {HF name: {source, start, rows}}}` (the HF → vLLM map from layout.py).
 
 Trainer side (`map_manifest`): maps the same file and returns {vLLM name: tensor view}. Writing through a view
 is writing the server's weights.
+
+A second server on the same weights (`adopt`, inside its worker): waits for the first server's manifest, maps
+its file and re-points its own parameters at it — its own loaded copy is freed. N servers + the trainer: one copy.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import contextlib
 import ctypes
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -60,8 +64,7 @@ def export(model, export_dir: Path, model_name: str = "", hf_config=None) -> dic
             views[name] = view
         for name, p in named:
             p.data = views[entries[name].get("alias_of", name)]
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)  # give the original weights' pages back
+    _trim()
     manifest = {"file": str(path), "nbytes": offset, "pid": os.getpid(), "model": model_name, "params": entries}
     if hf_config is not None:
         try:
@@ -72,6 +75,45 @@ def export(model, export_dir: Path, model_name: str = "", hf_config=None) -> dic
     tmp.write_text(json.dumps(manifest))
     os.replace(tmp, export_dir / MANIFEST)
     return manifest
+
+
+def _trim() -> None:
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # give the dropped weights' pages back
+
+
+def adopt(model, export_dir: Path, timeout: float = 900.0) -> dict:
+    """Make every parameter of `model` a view of the weight file another server exported into `export_dir` (its
+    manifest is waited for up to `timeout` s). Any parameter whose name, dtype or shape differs is an error naming
+    it (the servers must be started from one config). Returns the manifest, with this worker's pid and the
+    exporter's as `owner_pid`."""
+    path = export_dir / MANIFEST
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"grpo ipc: no weight file was exported into {export_dir} within {timeout:.0f} s "
+                               "(the first server of grpo.num_servers exports it)")
+        time.sleep(0.5)
+    manifest = json.loads(path.read_text())
+    views = map_manifest(manifest)
+    named = list(model.named_parameters(remove_duplicate=False))
+    problems = []
+    for name, p in named:
+        v = views.get(name)
+        if v is None:
+            problems.append(f"{name}: not among the first server's weights")
+        elif v.dtype != p.dtype or tuple(v.shape) != tuple(p.shape):
+            problems.append(f"{name}: {p.dtype} {tuple(p.shape)} here, {v.dtype} {tuple(v.shape)} shared")
+    missing = sorted(set(views) - {n for n, _ in named})
+    problems += [f"{n}: only in the first server's weights" for n in missing]
+    if problems:
+        raise RuntimeError("grpo ipc: this server's model does not match the shared weights of the first server "
+                           "(start every server from one config):\n  " + "\n  ".join(problems[:20]))
+    with torch.no_grad():
+        for name, p in named:
+            p.data = views[name]
+    _trim()
+    return dict(manifest, pid=os.getpid(), owner_pid=manifest["pid"])
 
 
 def map_manifest(manifest: dict) -> dict[str, torch.Tensor]:

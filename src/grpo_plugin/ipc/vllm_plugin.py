@@ -11,7 +11,9 @@ process it is loaded into:
    prepack a private copy and empty `layer.weight`, so in-place writes would never be seen.
 2. after `load_model` (weights loaded and processed, before torch.compile / warm-up) every parameter storage
    is moved once into one shared file in the export dir (ipc/shm.py) and a manifest is written; the worker
-   extension hands it to the trainer (`grpo_ipc_manifest`).
+   extension hands it to the trainer (`grpo_ipc_manifest`). With `GRPO_IPC_SHARE=1` (the second and later of
+   several servers) the server instead waits for the first server's manifest in that dir and maps ITS file:
+   every server and the trainer compute with one copy of the weights.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 from pathlib import Path
 
 ENV = "GRPO_IPC_EXPORT"
+SHARE_ENV = "GRPO_IPC_SHARE"
 ENTRY_POINT = "grpo_plugin_ipc"  # its name in pyproject.toml (for VLLM_PLUGINS allow-lists)
 EXPORTED: dict | None = None  # this worker's manifest, once exported
 
@@ -50,12 +53,15 @@ def register() -> None:
     original_load = BaseModelLoader.load_model
 
     def load_model(self, vllm_config, model_config, prefix: str = ""):
-        from grpo_plugin.ipc.shm import export
+        from grpo_plugin.ipc.shm import adopt, export
 
         model = original_load(self, vllm_config, model_config, prefix=prefix)
         global EXPORTED
-        EXPORTED = export(model, Path(export_dir), model_name=str(model_config.model),
-                          hf_config=model_config.hf_config)
+        if os.environ.get(SHARE_ENV) == "1":
+            EXPORTED = adopt(model, Path(export_dir))
+        else:
+            EXPORTED = export(model, Path(export_dir), model_name=str(model_config.model),
+                              hf_config=model_config.hf_config)
         return model
 
     BaseModelLoader.load_model = load_model

@@ -20,6 +20,7 @@ from axolotl.core.trainers.grpo.async_trainer import GRPODataProducer, RolloutDa
 from trl.data_utils import is_conversational
 
 from grpo_plugin.producers.completion_tensors import rollout_tensors
+from grpo_plugin.server.group import replicas_of
 
 
 class LocalRolloutProducer(GRPODataProducer):
@@ -78,6 +79,9 @@ class LocalRolloutProducer(GRPODataProducer):
         rollout_ms = (time.perf_counter() - t0) * 1e3
         completions_flat = [c for group in groups for c in group]
         completion_ids = [c.token_ids for c in completions_flat]
+        server_rows = [0] * len(replicas_of(self.client))  # several servers: how many each one sampled
+        for c in completions_flat:
+            server_rows[c.server] += 1
         sampling_lps = [c.logprobs for c in completions_flat]
 
         tok = trainer.processing_class
@@ -110,5 +114,6 @@ class LocalRolloutProducer(GRPODataProducer):
             "_grpo_policy_version": version,
             "_grpo_generate_ms": rollout_ms,
             "_grpo_wait_ms": rollout_ms,
+            "_grpo_server_rows": server_rows,
         }
         return RolloutDataset(output)

@@ -13,7 +13,7 @@ import sys
 
 from grpo_plugin.args import loaded_cfg
 from grpo_plugin.server.client import VLLMServerClient
-from grpo_plugin.server.process import Progress, ServerStartError, VLLMServerProcess, spec_from_cfg
+from grpo_plugin.server.process import Progress, ServerStartError, VLLMServerProcess, start_servers
 
 
 def main(script_args) -> None:
@@ -23,34 +23,63 @@ def main(script_args) -> None:
         "tensor_parallel_size", "enable_prefix_caching")}
     if getattr(script_args, "enforce_eager", None):
         overrides["enforce_eager"] = True
-    spec = spec_from_cfg(cfg, **overrides)
     grpo = cfg.get("grpo") or {}
-    server = VLLMServerProcess(spec)
-    print(f"[grpo_plugin] starting vLLM: {' '.join(spec.command())}", flush=True)
-    try:
-        server.start()
-    except ServerStartError as exc:
-        print(f"[grpo_plugin] ERROR: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+    if grpo.get("server_urls"):
+        print("[grpo_plugin] note: grpo.server_urls lists servers started elsewhere; this starts the one server "
+              "of this config's vllm: block (run it on each machine, with its own vllm.port if needed).",
+              flush=True)
+    servers: list[VLLMServerProcess] = []
+
+    def stop_all() -> None:
+        for server in servers:
+            server.stop()
 
     def _stop(signum, frame):
-        print(f"\n[grpo_plugin] stopping vLLM server (pid {server.pid})", flush=True)
-        server.stop()
+        print(f"\n[grpo_plugin] stopping vLLM server(s) (pid {', '.join(str(s.pid) for s in servers)})", flush=True)
+        stop_all()
         raise SystemExit(0)
 
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
-    client = VLLMServerClient(spec.base_url)
     try:
-        server.wait_healthy(float(grpo.get("server_timeout") or 600), client.healthy,
-                            Progress(f"starting vLLM on {spec.base_url}", every=5.0))
+        cfg_one = cfg if not grpo.get("server_urls") else {**cfg, "grpo": {**grpo, "num_servers": 1}}
+        servers.extend(start_servers(cfg_one, **overrides))
     except ServerStartError as exc:
         print(f"[grpo_plugin] ERROR: {exc}", file=sys.stderr, flush=True)
-        server.stop()
-        raise SystemExit(1) from None
-    shared = f", weights shared in {server.ipc_dir.path}" if server.ipc_dir else ""
-    print(f"[grpo_plugin] vLLM server ready at {spec.base_url} (sync mode: {grpo.get('sync', 'lora_sync')}, "
-          f"LoRA: {'on, max rank ' + str(spec.max_lora_rank) if spec.enable_lora else 'off'}{shared}). "
-          "Now run `axolotl train <config.yaml>`. Ctrl-C stops the server.", flush=True)
-    code = server.proc.wait()
+        raise SystemExit(2) from None
+    for server in servers:
+        print(f"[grpo_plugin] starting vLLM (pid {server.pid}): {' '.join(server.spec.command())}", flush=True)
+    for server in servers:
+        client = VLLMServerClient(server.spec.base_url)
+        try:
+            server.wait_healthy(float(grpo.get("server_timeout") or 600), client.healthy,
+                                Progress(f"starting vLLM on {server.spec.base_url}", every=5.0))
+        except ServerStartError as exc:
+            print(f"[grpo_plugin] ERROR: {exc}", file=sys.stderr, flush=True)
+            stop_all()
+            raise SystemExit(1) from None
+    spec = servers[0].spec
+    shared = f", weights shared in {servers[0].ipc_dir.path}" if servers[0].ipc_dir else ""
+    urls = ", ".join(s.spec.base_url for s in servers)
+    lora = f"on, max rank {spec.max_lora_rank}" if spec.enable_lora else "off"
+    print(f"[grpo_plugin] vLLM server{'s' if len(servers) > 1 else ''} ready at {urls} (sync mode: "
+          f"{grpo.get('sync', 'lora_sync')}, LoRA: {lora}{shared}). Now run `axolotl train <config.yaml>`. "
+          f"Ctrl-C stops the server{'s' if len(servers) > 1 else ''}.", flush=True)
+    code = _wait_any(servers)
+    stop_all()
     raise SystemExit(code)
+
+
+def _wait_any(servers: list[VLLMServerProcess], poll: float = 1.0) -> int:
+    """Block until one of the servers exits; its exit code (the others are stopped by the caller)."""
+    import time
+
+    while True:
+        for server in servers:
+            code = server.proc.poll()
+            if code is not None:
+                if len(servers) > 1:
+                    print(f"[grpo_plugin] the vLLM server on {server.spec.base_url} exited with code {code}; "
+                          "stopping the others", file=sys.stderr, flush=True)
+                return code
+        time.sleep(poll)

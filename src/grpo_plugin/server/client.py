@@ -32,6 +32,7 @@ class Completion:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str | None
+    server: int = 0  # which of several servers sampled it (server/group.py)
 
 
 def _token_id(token: str) -> int:
@@ -41,7 +42,7 @@ def _token_id(token: str) -> int:
     return int(token.split(":", 1)[1])
 
 
-def _in_daemon_thread(fn: Callable[..., Any], *args, **kwargs) -> Future:
+def in_daemon_thread(fn: Callable[..., Any], *args, **kwargs) -> Future:
     """Run `fn` in a new daemon thread; its result or exception arrives in the returned future. Not a
     ThreadPoolExecutor: the interpreter joins those at exit, waiting out a request nobody waits for any more."""
     future: Future = Future()
@@ -72,12 +73,16 @@ class VLLMServerClient:
         self.watch_every = 2.0
         self.health_timeout = 5.0
 
+    def fork(self) -> VLLMServerClient:
+        """The same server on a new HTTP session (for another thread)."""
+        return VLLMServerClient(self.base_url, timeout=self.timeout)
+
     # -- plumbing -------------------------------------------------------------------------------
     def _send(self, path: str, payload: dict[str, Any], timeout: float) -> requests.Response:
         url = f"{self.base_url}{path}"
         if self.watch is None:
             return self.session.post(url, json=payload, timeout=timeout)
-        pending = _in_daemon_thread(self.session.post, url, json=payload, timeout=timeout)
+        pending = in_daemon_thread(self.session.post, url, json=payload, timeout=timeout)
         while True:
             try:
                 return pending.result(timeout=self.watch_every)

@@ -1,5 +1,6 @@
-"""`grpo.managed_server: true`: `axolotl train` starts the vLLM server itself and stops exactly that process
-tree at exit — normal end, Ctrl-C, SIGTERM, or a crash (atexit; and PR_SET_PDEATHSIG if we are killed)."""
+"""`grpo.managed_server: true`: `axolotl train` starts the vLLM server itself — `grpo.num_servers` of them, on
+consecutive ports — and stops exactly those process trees at exit: normal end, Ctrl-C, SIGTERM, or a crash
+(atexit; and PR_SET_PDEATHSIG if we are killed)."""
 
 from __future__ import annotations
 
@@ -8,27 +9,40 @@ import signal
 import sys
 from pathlib import Path
 
-from grpo_plugin.server.process import VLLMServerProcess, spec_from_cfg
+from grpo_plugin.server.process import VLLMServerProcess, start_servers
 
-_SERVER: VLLMServerProcess | None = None
+_SERVERS: list[VLLMServerProcess] = []
 
 
 def current() -> VLLMServerProcess | None:
-    return _SERVER
+    """The first managed server (None: the trainer manages none)."""
+    return _SERVERS[0] if _SERVERS else None
+
+
+def servers() -> list[VLLMServerProcess]:
+    """Every managed server, in port order (empty: the trainer manages none)."""
+    return list(_SERVERS)
+
+
+def log_path(cfg, index: int) -> str:
+    grpo = cfg.get("grpo") or {}
+    log = grpo.get("server_log") or str(Path(cfg.get("output_dir") or ".") / "vllm_server.log")
+    if index == 0:
+        return log
+    path = Path(log)
+    return str(path.with_name(f"{path.stem}-{index}{path.suffix}"))
 
 
 def start(cfg) -> VLLMServerProcess:
-    """Start the server (non-blocking; the trainer waits for health with a progress line)."""
-    global _SERVER
-    if _SERVER is not None:
-        return _SERVER
-    grpo = cfg.get("grpo") or {}
-    log = grpo.get("server_log") or str(Path(cfg.get("output_dir") or ".") / "vllm_server.log")
-    server = VLLMServerProcess(spec_from_cfg(cfg), log_path=log)
-    server.start()
-    _SERVER = server
-    print(f"[grpo_plugin] started managed vLLM server pid {server.pid} on {server.spec.base_url} (log: {log})",
-          file=sys.stderr, flush=True)
+    """Start the servers (non-blocking; the trainer waits for their health with a progress line). Returns the
+    first. A server that cannot start stops the ones already started."""
+    if _SERVERS:
+        return _SERVERS[0]
+    started = start_servers(cfg, log_path=lambda i: log_path(cfg, i))
+    _SERVERS.extend(started)
+    for i, server in enumerate(started):
+        print(f"[grpo_plugin] started managed vLLM server pid {server.pid} on {server.spec.base_url} "
+              f"(log: {log_path(cfg, i)})", file=sys.stderr, flush=True)
     atexit.register(stop)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         prev = signal.getsignal(sig)
@@ -41,13 +55,14 @@ def start(cfg) -> VLLMServerProcess:
                 raise SystemExit(128 + signum)
 
         signal.signal(sig, _handler)
-    return server
+    return started[0]
 
 
 def stop() -> None:
-    global _SERVER
-    server, _SERVER = _SERVER, None
-    if server is not None:
-        print(f"[grpo_plugin] stopping managed vLLM server pid {server.pid}", file=sys.stderr, flush=True)
+    stopping = list(_SERVERS)
+    _SERVERS.clear()
+    for server in stopping:
+        pid = server.pid
+        print(f"[grpo_plugin] stopping managed vLLM server pid {pid}", file=sys.stderr, flush=True)
         server.stop()
-        print(f"[grpo_plugin] managed vLLM server pid {server.pid} stopped", file=sys.stderr, flush=True)
+        print(f"[grpo_plugin] managed vLLM server pid {pid} stopped", file=sys.stderr, flush=True)

@@ -139,12 +139,19 @@ class ServerSpec:
                     "--max-loras", str(self.max_loras)]
         return cmd + list(self.extra_args)
 
-    def env(self, base: dict[str, str] | None = None, ipc_export: str | Path | None = None) -> dict[str, str]:
+    def env(self, base: dict[str, str] | None = None, ipc_export: str | Path | None = None,
+            ipc_share: bool = False) -> dict[str, str]:
+        """`ipc_export`: the dir of the shared weight file; `ipc_share`: this server maps the file another server
+        exported there instead of exporting its own (several servers, one copy: ipc/shm.py `adopt`)."""
         env = dict(os.environ if base is None else base)
         if ipc_export is not None:
             from grpo_plugin.ipc import gemm, vllm_plugin
 
             env[vllm_plugin.ENV] = str(ipc_export)
+            if ipc_share:
+                env[vllm_plugin.SHARE_ENV] = "1"
+            else:
+                env.pop(vllm_plugin.SHARE_ENV, None)
             env[gemm.ENV] = self.ipc_gemm
             # vLLM's compile cache key does not see the patched GEMM: never reuse a stock server's graphs
             env["VLLM_DISABLE_COMPILE_CACHE"] = "1"
@@ -266,15 +273,24 @@ def stop_tree(proc: subprocess.Popen, timeout: float = 30.0, known: list[psutil.
 
 
 class VLLMServerProcess:
-    """A vLLM server we started. Remembers its PID; stop() signals only its own process tree."""
+    """A vLLM server we started. Remembers its PID; stop() signals only its own process tree.
 
-    def __init__(self, spec: ServerSpec, log_path: str | Path | None = None):
+    `shares_with` (grpo.sync: ipc with several servers): the server whose shared weight file this one maps instead
+    of exporting its own; a restart of that server makes this one's mapping stale (`depends_on`)."""
+
+    def __init__(self, spec: ServerSpec, log_path: str | Path | None = None,
+                 shares_with: VLLMServerProcess | None = None):
         self.spec = spec
         self.log_path = Path(log_path) if log_path else None
         self.proc: subprocess.Popen | None = None
         self._log_file = None
         self.ipc_dir = None  # SyncDir holding the shared weight file (grpo.sync: ipc)
+        self.shares_with = shares_with if spec.ipc else None
         self._known: list[psutil.Process] = []
+
+    @property
+    def depends_on(self) -> VLLMServerProcess | None:
+        return self.shares_with
 
     @property
     def pid(self) -> int | None:
@@ -294,13 +310,20 @@ class VLLMServerProcess:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115
             stdout = self._log_file
-        if self.spec.ipc:
+        export = None
+        if self.shares_with is not None:
+            if self.shares_with.ipc_dir is None:
+                raise ServerStartError(f"the vLLM server on port {self.spec.port} maps the weights of the one on "
+                                       f"port {self.shares_with.spec.port}, which is not running")
+            export = self.shares_with.ipc_dir.path
+        elif self.spec.ipc:
             from grpo_plugin.sync.storage import SyncDir
 
             self.ipc_dir = SyncDir("ipc", self.spec.ipc_root)  # ours; removed by stop()
+            export = self.ipc_dir.path
         self.proc = subprocess.Popen(  # noqa: S603
             tethered(self.spec.command()),  # the server dies with its parent, even on SIGKILL
-            env=self.spec.env(ipc_export=self.ipc_dir.path if self.ipc_dir else None),
+            env=self.spec.env(ipc_export=export, ipc_share=self.shares_with is not None),
             stdout=stdout,
             stderr=subprocess.STDOUT if stdout else None,
             stdin=subprocess.DEVNULL,
@@ -377,6 +400,37 @@ def launch(spec: ServerSpec, log_path: str | Path | None = None, timeout: float 
         server.stop()
         raise
     return server, client
+
+
+def server_count(cfg) -> int:
+    """How many servers the config's trainer uses (`grpo.num_servers`, or the length of `grpo.server_urls`)."""
+    grpo = cfg.get("grpo") or {}
+    urls = grpo.get("server_urls")
+    return len(urls) if urls else int(grpo.get("num_servers") or 1)
+
+
+def specs_from_cfg(cfg, **overrides) -> list[ServerSpec]:
+    """One spec per server `grpo.num_servers` asks for: the same settings on consecutive ports from vllm.port."""
+    first = spec_from_cfg(cfg, **overrides)
+    n = int((cfg.get("grpo") or {}).get("num_servers") or 1)
+    return [dataclasses.replace(first, port=first.port + i) for i in range(n)]
+
+
+def start_servers(cfg, log_path: Callable[[int], str | None] = lambda i: None,
+                  **overrides) -> list[VLLMServerProcess]:
+    """Start every server of `specs_from_cfg` (non-blocking). ipc: the first exports the shared weight file, the
+    others map it. A server that cannot start stops those already started (PortInUseError names the port)."""
+    started: list[VLLMServerProcess] = []
+    try:
+        for i, spec in enumerate(specs_from_cfg(cfg, **overrides)):
+            server = VLLMServerProcess(spec, log_path=log_path(i), shares_with=started[0] if started else None)
+            server.start()
+            started.append(server)
+    except BaseException:
+        for server in started:
+            server.stop()
+        raise
+    return started
 
 
 def spec_from_cfg(cfg, **overrides) -> ServerSpec:

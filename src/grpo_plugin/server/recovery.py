@@ -10,6 +10,10 @@ put its CURRENT weights on it (`restore`: the mode's push + the probe), then red
 - unmanaged server (`axolotl vllm-serve` elsewhere): the guard waits, with a rate-limited message naming the URL
   and the command, up to `grpo.server_timeout` for someone to bring it back.
 
+With several servers (server/group.py) only the lost ones are restarted (and, for ipc, the servers that map a
+restarted server's weight file); the others keep serving. The restore then pushes to every server and the probe
+verifies every one.
+
 When that is impossible it raises `ServerUnrecoverable`; the trainer then saves a checkpoint (trainer.py).
 Every outage is recorded (`outages`) for the metrics.
 """
@@ -26,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from grpo_plugin.server.client import ServerError, ServerLost
+from grpo_plugin.server.group import replicas_of
 from grpo_plugin.server.process import Progress, ServerStartError, wait_until
 
 LOG = logging.getLogger("grpo_plugin")
@@ -41,6 +46,7 @@ class Outage:
     during: str  # what failed: "rollout", "weight push", ...
     cause: str
     restarted: bool = False  # the guard restarted the (managed) server itself
+    servers: list[str] = field(default_factory=list)  # the URL of each server that was lost
     down_s: float = 0.0  # from the failure to weights restored and verified
     redone: list[str] = field(default_factory=list)  # what was done again: the weight push, the call
 
@@ -73,18 +79,19 @@ class RestartBudget:
 
 class ServerGuard:
     def __init__(self, client, *, restore: Callable[[], Any], step: Callable[[], int],
-                 server: Callable[[], Any] | None = None, max_restarts: int = 3, restart_window_s: float = 1800.0,
+                 servers: Callable[[], list] | None = None, max_restarts: int = 3, restart_window_s: float = 1800.0,
                  hang_timeout_s: float = 60.0, wait_timeout_s: float = 600.0, starts_itself: bool = False,
                  enabled: bool = True):
         """`restore()` puts the trainer's current weights on a fresh server and verifies them (returns the sync
-        result); `step()` the trainer's global step; `server()` the managed server (None: unmanaged);
-        `starts_itself`: the mode's push starts the server (restart_strategy: process), the guard only stops it.
-        `enabled=False`: calls pass through untouched (no watch, no recovery)."""
-        if server is None:
+        result); `step()` the trainer's global step; `servers()` the managed servers, one per server `client`
+        talks to, in its order (empty: unmanaged); `starts_itself`: the mode's push starts the servers
+        (restart_strategy: process), the guard only stops them. `enabled=False`: calls pass through untouched
+        (no watch, no recovery)."""
+        if servers is None:
             from grpo_plugin.server import managed
 
-            server = managed.current
-        self.client, self.restore, self.step, self.server = client, restore, step, server
+            servers = managed.servers
+        self.client, self.restore, self.step, self.servers = client, restore, step, servers
         self.budget = RestartBudget(max_restarts, restart_window_s)
         self.hang_timeout_s, self.wait_timeout_s, self.starts_itself = hang_timeout_s, wait_timeout_s, starts_itself
         self.enabled = enabled
@@ -128,11 +135,24 @@ class ServerGuard:
             return f"{exited}: {exc}"
         return None if self.client.healthy() else f"the server does not answer /health after: {exc}"
 
-    def _exited(self) -> str | None:
-        """The managed server's process has exited (None: running, or no managed server)."""
-        proc = self.server()
+    def _members(self) -> list[tuple[Any, Any]]:
+        """(client, managed process or None) per server."""
+        clients = replicas_of(self.client)
+        procs = list(self.servers() or [])
+        return list(zip(clients, procs if len(procs) == len(clients) else [None] * len(clients)))
+
+    @staticmethod
+    def _proc_exited(proc) -> str | None:
         if proc is not None and proc.proc is not None and proc.proc.poll() is not None:
             return f"the managed vLLM server (pid {proc.pid}) exited with code {proc.proc.returncode}"
+        return None
+
+    def _exited(self) -> str | None:
+        """A managed server's process has exited (None: all running, or no managed server)."""
+        for _, proc in self._members():
+            why = self._proc_exited(proc)
+            if why:
+                return why
         return None
 
     # ---- the wrapper ----------------------------------------------------------------------------
@@ -163,11 +183,14 @@ class ServerGuard:
               "recovering", file=sys.stderr, flush=True)
         self._recovering = True
         try:
-            server = self.server()
-            if server is not None:
-                self._restart(server, outage)
+            members = self._members()
+            lost = [i for i, (client, proc) in enumerate(members)
+                    if self._proc_exited(proc) or not client.healthy()] or list(range(len(members)))
+            outage.servers = [members[i][0].base_url for i in lost]
+            if members[0][1] is not None:
+                self._restart(members, lost, outage)
             else:
-                self._wait_for_unmanaged(outage)
+                self._wait_for_unmanaged([members[i][0] for i in lost], outage)
             result = self.restore()
         except ServerUnrecoverable:
             raise
@@ -187,32 +210,43 @@ class ServerGuard:
               + f"; redoing the {during}", file=sys.stderr, flush=True)
         return result
 
-    def _restart(self, server, outage: Outage) -> None:
+    def _restart(self, members: list, lost: list[int], outage: Outage) -> None:
+        """Restart the lost managed servers, and every server that maps a restarted one's weights (ipc)."""
+        first = members[lost[0]][1]
         if not self.budget.available():
             bound = ("grpo.server_restarts is 0: the trainer does not restart it" if self.budget.limit == 0 else
                      f"it was already restarted {self.budget.limit} time(s) in the last {self.budget.window_s:g} s "
                      "(grpo.server_restarts / grpo.server_restart_window)")
             raise ServerUnrecoverable(
                 f"the managed vLLM server was lost during the {outage.during} at step {outage.step} "
-                f"({outage.cause}), and {bound}. Last server output:\n{server.log_tail(20)}")
+                f"({outage.cause}), and {bound}. Last server output:\n{first.log_tail(20)}")
         self.budget.spend()
         outage.restarted = True
-        server.stop(timeout=10.0)
-        if self.starts_itself:  # the mode's push starts it on the current weights (restart_strategy: process)
+        chosen = set(lost)
+        for i, (_, proc) in enumerate(members):  # in port order: a server comes after the one it maps
+            if getattr(proc, "depends_on", None) in {members[j][1] for j in chosen}:
+                chosen.add(i)
+        todo = [members[i] for i in sorted(chosen)]
+        for _, proc in todo:
+            proc.stop(timeout=10.0)
+        if self.starts_itself:  # the mode's push starts them on the current weights (restart_strategy: process)
             return
         try:
-            server.restart()
-            server.wait_healthy(self.wait_timeout_s, self.client.healthy,
-                                Progress(f"restarting the vLLM server on {self.client.base_url}"))
-            print(f"[grpo_plugin] restarted managed vLLM server pid {server.pid}", file=sys.stderr, flush=True)
+            for _, proc in todo:
+                proc.restart()
+            for client, proc in todo:
+                proc.wait_healthy(self.wait_timeout_s, client.healthy,
+                                  Progress(f"restarting the vLLM server on {client.base_url}"))
+                print(f"[grpo_plugin] restarted managed vLLM server pid {proc.pid} on {client.base_url}",
+                      file=sys.stderr, flush=True)
         except ServerStartError as exc:
             raise ServerUnrecoverable(f"the vLLM server was lost at step {outage.step} ({outage.cause}) and could "
                                       f"not be started again: {exc}") from exc
 
-    def _wait_for_unmanaged(self, outage: Outage) -> None:
-        url = self.client.base_url
+    def _wait_for_unmanaged(self, clients: list, outage: Outage) -> None:
+        url = ", ".join(c.base_url for c in clients)
         waited = wait_until(
-            self.client.healthy, self.wait_timeout_s,
+            lambda: all(c.healthy() for c in clients), self.wait_timeout_s,
             Progress(f"the vLLM server at {url} is gone", every=30.0),
             lambda t: (f"waiting for it to come back (restart it with `axolotl vllm-serve <config.yaml>`; "
                        f"{max(0.0, self.wait_timeout_s - t):.0f} s of grpo.server_timeout left)"),

@@ -26,6 +26,7 @@ class SyncResult:
     logprob_diff: float | None = None  # mean |Δlogp| of the probe, None when not verified
     logprob_diff_max: float | None = None
     pushed: bool = True  # False: the server already held these weights; only verified
+    server_diffs: list[float] | None = None  # with several servers: each one's mean |Δlogp| (server order)
 
 
 class WeightSync(Protocol):
@@ -61,7 +62,7 @@ class PrefixCacheReset:
 
     def __init__(self, client: VLLMServerClient, name: str):
         self.parent = client
-        self.client = type(client)(client.base_url, timeout=client.timeout)
+        self.client = client.fork()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"grpo-{name}-reset")
         self._pending: Future | None = None
 

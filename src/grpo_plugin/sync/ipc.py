@@ -32,6 +32,7 @@ from grpo_plugin.ipc.cuda import CudaIpcError
 from grpo_plugin.ipc.layout import UnmappedParameterError, attach, check, views_from_layout
 from grpo_plugin.ipc.transport import Transport, transport_for
 from grpo_plugin.server.client import ServerError
+from grpo_plugin.server.group import replicas_of
 from grpo_plugin.sync.base import (
     PrefixCacheReset,
     SyncError,
@@ -98,18 +99,31 @@ class IpcSync:
         trainer.add_callback(_StepFence(self))
 
     def _fetch_manifest(self) -> dict:
+        """The manifest of the shared weights. Several servers (server/group.py) must all compute with ONE file:
+        the first exported it, the others map it (ipc/shm.py `adopt`); the exporter's manifest is returned."""
+        servers = replicas_of(self.client)
         try:
             results = self.client.collective_rpc(MANIFEST_METHOD, timeout=self.rpc_timeout)
         except ServerError as exc:
             raise SyncError(explain_rpc_failure("ipc", str(exc), "the server could not describe its weights")) \
                 from exc
-        if len(results) != 1 or not isinstance(results[0], dict):
-            raise SyncError(f"grpo.sync=ipc needs exactly one vLLM worker (tensor_parallel_size 1); the server "
-                            f"answered {len(results)} worker manifest(s)")
-        manifest = results[0]
-        if manifest.get("error"):
-            raise SyncError(f"grpo.sync=ipc: {manifest['error']}. Start the server with `axolotl vllm-serve "
-                            "<config.yaml>` on a config with `grpo.sync: ipc`, or `grpo.managed_server: true`.")
+        if len(results) != len(servers) or not all(isinstance(m, dict) for m in results):
+            raise SyncError(f"grpo.sync=ipc needs exactly one vLLM worker per server (tensor_parallel_size 1); "
+                            f"{len(servers)} server(s) answered {len(results)} worker manifest(s)")
+        for url, manifest in zip((c.base_url for c in servers), results):
+            if manifest.get("error"):
+                raise SyncError(f"grpo.sync=ipc: {manifest['error']} ({url}). Start the server with `axolotl "
+                                "vllm-serve <config.yaml>` on a config with `grpo.sync: ipc`, or "
+                                "`grpo.managed_server: true`.")
+        files = [m.get("file") for m in results]
+        if len(servers) > 1 and (None in files or len(set(files)) > 1):
+            where = "; ".join(f"{c.base_url}: {f or m.get('transport', '?')}"
+                              for c, f, m in zip(servers, files, results))
+            raise SyncError(f"grpo.sync=ipc: the {len(servers)} servers do not compute with one shared weight file "
+                            f"({where}), so the trainer's steps would reach only one of them. Start them together "
+                            "from this config (`grpo.num_servers` with `axolotl vllm-serve <config.yaml>` or "
+                            "`grpo.managed_server: true`): the first exports the file, the others map it.")
+        manifest = next((m for m in results if "owner_pid" not in m), results[0])
         if manifest.get("hf_error"):
             raise UnmappedParameterError(f"grpo.sync=ipc: the server's weights cannot be mapped to the trainer's "
                                          f"model: {manifest['hf_error']}")
@@ -163,8 +177,10 @@ class IpcSync:
         self.transport = transport
         self.client.reset_prefix_cache()
         print(f"[grpo_plugin] ipc: {len(params)} parameters attached to {transport.describe()} "
-              f"({copied / 2**20:.1f} MiB shared with vLLM worker pid {manifest['pid']}); the trainer holds no copy "
-              "of its own", file=sys.stderr, flush=True)
+              f"({copied / 2**20:.1f} MiB shared with vLLM worker pid {manifest['pid']}"
+              + (f" and {len(replicas_of(self.client)) - 1} more server(s) mapping the same file"
+                 if len(replicas_of(self.client)) > 1 else "")
+              + "); the trainer holds no copy of its own", file=sys.stderr, flush=True)
 
     def orphaned(self) -> str | None:
         """Why the mapping no longer belongs to a live server (its file was removed, its worker is gone)."""

@@ -8,7 +8,7 @@ file is replaced, so the directory never holds more than one copy). Then one of 
 - `reload` (default): vLLM reloads the file in place through our worker extension
   (serve/worker_ext.py: vLLM's own `reload_weights`, then the derived copies it leaves stale — on vLLM-CPU the
   prepacked GEMM of a tied lm_head — are rebuilt), and the prefix cache is reset. Tens of milliseconds.
-- `process`: the managed server (the one `axolotl train` started; only its own process tree) is stopped and
+- `process`: the managed servers (those `axolotl train` started; only their own process trees) are stopped and
   started again on the sync directory, under the same served name, port and tokenizer. Tens of seconds; for
   models or backends where an in-place reload cannot be used.
 
@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 from grpo_plugin.server.client import ServerError
+from grpo_plugin.server.group import replicas_of
 from grpo_plugin.sync.base import (
     PrefixCacheReset,
     SyncError,
@@ -91,37 +92,46 @@ class InPlaceReload:
 
 
 class _ProcessRestart:
-    """Stop the managed server (its own process tree only), start it on the sync directory, wait for health."""
+    """Stop the managed servers (their own process trees only), start them on the sync directory, wait for
+    health (several servers: all restarted at once, then each waited for)."""
 
     # The managed server was started on the trainer's initial weights: at step 0 the probe decides whether a
     # restart is needed at all (it saves one full restart per run).
     needs_initial_push = False
     starts_server = True
 
-    def __init__(self, client, server: Callable[[], object], timeout: float):
-        self.client, self._server, self.timeout = client, server, timeout
+    def __init__(self, client, servers: Callable[[], list], timeout: float):
+        self.client, self._servers, self.timeout = client, servers, timeout
 
     def apply(self, weights_dir: str) -> dict:
         from grpo_plugin.server.process import Progress, ServerStartError
 
-        server = self._server()
-        if server is None:
+        servers = self._servers()
+        if not servers:
             raise SyncError("grpo.sync=restart with restart_strategy=process needs the server the trainer "
                             "manages (`grpo.managed_server: true`); no managed server is running.")
-        spec = server.spec
-        served = spec.served_model_name or spec.model
-        tokenizer = spec.tokenizer or spec.model
-        try:
-            server.restart(model=weights_dir, served_model_name=served, tokenizer=tokenizer)
-        except ServerStartError as exc:
-            raise SyncError(f"grpo.sync=restart (process): the server (pid tree we started) was stopped for "
-                            f"the restart, but it could not be started again: {exc}") from exc
-        try:
-            waited = server.wait_healthy(self.timeout, self.client.healthy,
-                                         Progress(f"restarting vLLM on new weights ({spec.base_url})"))
-        except ServerStartError as exc:
-            raise SyncError(f"grpo.sync=restart (process): the restarted server did not come up: {exc}") from exc
-        return {"pid": server.pid, "start_s": waited}
+        clients = replicas_of(self.client)
+        if len(clients) != len(servers):
+            raise SyncError(f"grpo.sync=restart (process): the trainer talks to {len(clients)} server(s) but "
+                            f"manages {len(servers)}")
+        for server in servers:
+            spec = server.spec
+            try:
+                server.restart(model=weights_dir, served_model_name=spec.served_model_name or spec.model,
+                               tokenizer=spec.tokenizer or spec.model)
+            except ServerStartError as exc:
+                raise SyncError(f"grpo.sync=restart (process): the server on port {spec.port} (pid tree we "
+                                f"started) was stopped for the restart, but it could not be started again: {exc}") \
+                    from exc
+        waited = 0.0
+        for server, client in zip(servers, clients):
+            try:
+                waited = max(waited, server.wait_healthy(
+                    self.timeout, client.healthy, Progress(f"restarting vLLM on new weights ({client.base_url})")))
+            except ServerStartError as exc:
+                raise SyncError(f"grpo.sync=restart (process): the restarted server did not come up: {exc}") \
+                    from exc
+        return {"pid": servers[0].pid, "start_s": waited}
 
     def prepare(self, model, sync_dir) -> None:
         """vLLM will start on the sync directory: it needs the model's config files too (the original ones, as
@@ -129,8 +139,8 @@ class _ProcessRestart:
         with what this strategy needs."""
         from transformers import AutoConfig, GenerationConfig
 
-        server = self._server()
-        source = (server.spec.tokenizer or server.spec.model) if server is not None else None
+        servers = self._servers()
+        source = (servers[0].spec.tokenizer or servers[0].spec.model) if servers else None
         config = AutoConfig.from_pretrained(source) if source else model.config
         config.save_pretrained(str(sync_dir))
         try:
@@ -149,7 +159,7 @@ class RestartSync:
     writes_in_place = True  # reload: the served weights change; process: the server itself is replaced
 
     def __init__(self, client, *, strategy: str = "reload", sync_dir: str | None = None,
-                 server: Callable[[], object] | None = None, rpc_timeout: float = 300.0,
+                 servers: Callable[[], list] | None = None, rpc_timeout: float = 300.0,
                  start_timeout: float = 600.0):
         if strategy not in STRATEGIES:
             raise ValueError(f"grpo.restart_strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
@@ -157,11 +167,11 @@ class RestartSync:
         if strategy == "reload":
             self.strategy = InPlaceReload(client, rpc_timeout)
         else:
-            if server is None:
+            if servers is None:
                 from grpo_plugin.server import managed
 
-                server = managed.current
-            self.strategy = _ProcessRestart(client, server, start_timeout)
+                servers = managed.servers
+            self.strategy = _ProcessRestart(client, servers, start_timeout)
         self.storage = SyncDir("restart", sync_dir)
         self._model = None
         self._served: str | None = None

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from grpo_plugin import probe
+from grpo_plugin.server.group import replicas_of
 
 if TYPE_CHECKING:
     from grpo_plugin.server.client import VLLMServerClient
@@ -65,33 +66,66 @@ class ProbeVerifier:
                               temperature=1.0, seed=1234)[0][0]
         return ProbeReply(prompt, list(gen.token_ids), list(gen.logprobs))
 
+    def ask_all(self, server_model: str, client=None) -> list[ProbeReply]:
+        """The server half on every server behind `client` (several: server/group.py), in parallel."""
+        servers = replicas_of(client or self.client)
+        if len(servers) == 1:
+            return [self.ask(server_model, servers[0])]
+        return (client or self.client).each(lambda c: self.ask(server_model, c))
+
     def score(self, model, reply: ProbeReply) -> tuple[float, float]:
         """The trainer half: (mean, max) |Δlogp| over both checks, from one forward pass of `model`."""
-        lps = probe.token_logprobs(model, self.gen_prompt + reply.gen_token_ids)
+        return self._diffs(model, reply, probe.token_logprobs(model, self.gen_prompt + reply.gen_token_ids))
+
+    def score_all(self, model, replies: list[ProbeReply]) -> list[tuple[float, float]]:
+        """(mean, max) per server; servers that sampled the same tokens share the trainer's forward pass."""
+        lps_by_tokens: dict[tuple[int, ...], list[float]] = {}
+        out = []
+        for reply in replies:
+            key = tuple(reply.gen_token_ids)
+            if key not in lps_by_tokens:
+                lps_by_tokens[key] = probe.token_logprobs(model, self.gen_prompt + reply.gen_token_ids)
+            out.append(self._diffs(model, reply, lps_by_tokens[key]))
+        return out
+
+    def _diffs(self, model, reply: ProbeReply, lps: list[float]) -> tuple[float, float]:
+        """`lps`: the trainer's logprobs of the generation's prompt + the reply's tokens. The generation's prompt
+        starts with the probe, so its first n-1 logprobs are the probe's (a causal model)."""
         n = len(self.probe_ids)
-        # the generation's prompt starts with the probe: its first n-1 logprobs are the probe's (a causal model)
         ours = lps[: n - 1] if n <= len(self.gen_prompt) else probe.token_logprobs(model, self.probe_ids)
         mean1, max1 = probe.logprob_diff(reply.prompt_logprobs, ours)
         mean2, max2 = probe.logprob_diff(reply.gen_logprobs, lps[len(self.gen_prompt) - 1:])
         return max(mean1, mean2), max(max1, max2)
 
     def measure(self, model, server_model: str) -> tuple[float, float]:
-        return self.score(model, self.ask(server_model))
+        """(mean, max) |Δlogp| of the worst server."""
+        per_server = self.score_all(model, self.ask_all(server_model))
+        return max(m for m, _ in per_server), max(x for _, x in per_server)
 
-    def record(self, model, reply: ProbeReply, result: SyncResult, since: float) -> SyncResult:
-        """Score `reply` into `result`, with the time the trainer spent on it since `since` (no tolerance check)."""
-        result.logprob_diff, result.logprob_diff_max = self.score(model, reply)
+    def record(self, model, replies: list[ProbeReply], result: SyncResult, since: float) -> SyncResult:
+        """Score every server's reply into `result` (the worst server's figures; each server's mean in
+        `server_diffs` when there are several), with the time the trainer spent since `since`. No tolerance
+        check."""
+        per_server = self.score_all(model, replies)
+        result.logprob_diff = max(m for m, _ in per_server)
+        result.logprob_diff_max = max(x for _, x in per_server)
+        result.server_diffs = [m for m, _ in per_server] if len(per_server) > 1 else None
         result.verify_ms = (time.perf_counter() - since) * 1e3
         return result
 
     def measure_into(self, model, server_model: str, result: SyncResult) -> SyncResult:
         """Measure and record the probe difference and its time in `result` (no tolerance check)."""
         t0 = time.perf_counter()
-        return self.record(model, self.ask(server_model), result, t0)
+        return self.record(model, self.ask_all(server_model), result, t0)
 
     def check(self, result: SyncResult, server_model: str) -> SyncResult:
+        where = ""
+        if result.server_diffs and result.logprob_diff > self.tolerance:
+            urls = [c.base_url for c in replicas_of(self.client)]
+            bad = [f"{u} ({d:.3g})" for u, d in zip(urls, result.server_diffs) if d > self.tolerance]
+            where = f"on {len(bad)} of {len(urls)} servers: {', '.join(bad)} "
         probe.check(result.logprob_diff, self.tolerance, mode=self.mode, step=result.step,
-                    detail=f"(max |Δ| {result.logprob_diff_max:.3g}, server model {server_model!r}) "
+                    detail=f"{where}(max |Δ| {result.logprob_diff_max:.3g}, server model {server_model!r}) "
                            + (self.context() if self.context else ""))
         return result
 
@@ -113,7 +147,7 @@ class DeferredVerifier:
         self.verifier, self.gate = verifier, gate
         parent = verifier.client
         # its own HTTP session (the main thread's may be in use by a rollout meanwhile)
-        self.client = client or type(parent)(parent.base_url, timeout=parent.timeout)
+        self.client = client or parent.fork()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-verify")
         self._pending: _Pending | None = None
 
@@ -130,7 +164,7 @@ class DeferredVerifier:
 
         def ask() -> ProbeReply:
             try:
-                return self.verifier.ask(lease.model, client=self.client)
+                return self.verifier.ask_all(lease.model, client=self.client)
             finally:
                 self.gate.release(lease)
 

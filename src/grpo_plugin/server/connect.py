@@ -1,0 +1,62 @@
+"""Which vLLM servers the trainer talks to, and waiting for them to answer.
+
+One server: `trl.vllm_server_base_url`, else `trl.vllm_server_host` / `trl.vllm_server_port` (the plugin fills
+them from `vllm.host` / `vllm.port`). Several: `grpo.num_servers: N` (ports `vllm_server_port` ...
+`vllm_server_port + N - 1`, as `axolotl vllm-serve` and the managed servers start them) or `grpo.server_urls`.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+from grpo_plugin.server.client import VLLMServerClient
+from grpo_plugin.server.group import ServerGroup, replicas_of
+from grpo_plugin.server.process import Progress, wait_until
+
+
+def server_urls(args, settings) -> list[str]:
+    """The base URL of every server, in order. `args`: the trainer's TrainingArguments; `settings`: grpo."""
+    if settings.server_urls:
+        return [u.rstrip("/") for u in settings.server_urls]
+    if getattr(args, "vllm_server_base_url", None):
+        first = args.vllm_server_base_url.rstrip("/")
+        if settings.num_servers == 1:
+            return [first]
+        parsed = urlparse(first)
+        return [parsed._replace(netloc=f"{parsed.hostname}:{parsed.port + i}").geturl()
+                for i in range(settings.num_servers)]
+    host = args.vllm_server_host or "127.0.0.1"
+    host = "127.0.0.1" if host == "0.0.0.0" else host
+    return [f"http://{host}:{args.vllm_server_port + i}" for i in range(settings.num_servers)]
+
+
+def connect(urls: list[str], timeout: float):
+    """One client for one server; a ServerGroup (server/group.py) for several."""
+    clients = [VLLMServerClient(u, timeout=timeout) for u in urls]
+    return clients[0] if len(clients) == 1 else ServerGroup(clients)
+
+
+def wait_for_servers(client, timeout: float) -> None:
+    """Every server answers /health: the managed ones are watched as they start (a server that exits is an
+    error with its log); others are waited for with a line saying how to start them."""
+    from grpo_plugin.server import managed
+
+    procs = managed.servers()
+    clients = replicas_of(client)
+    for i, c in enumerate(clients):
+        if len(procs) == len(clients):
+            procs[i].wait_healthy(timeout, c.healthy, Progress(f"starting vLLM on {c.base_url}"))
+            continue
+        if c.healthy():
+            continue
+        waited = wait_until(c.healthy, timeout, Progress(f"waiting for the vLLM server at {c.base_url}"),
+                            lambda _: "not up yet — start it with `axolotl vllm-serve <config.yaml>`",
+                            ready="connected", poll=1.0)
+        if waited is None:
+            more = (f" (server {i + 1} of {len(clients)}: `axolotl vllm-serve` starts grpo.num_servers of them on "
+                    "consecutive ports)" if len(clients) > 1 else "")
+            raise ConnectionError(
+                f"No vLLM server answered at {c.base_url}/health within {timeout:.0f} s{more}. Start it with "
+                "`axolotl vllm-serve <config.yaml>` in another terminal, or set `grpo.managed_server: true` "
+                "so `axolotl train` starts it."
+            )

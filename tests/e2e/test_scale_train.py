@@ -1,0 +1,148 @@
+"""Several vLLM servers through `axolotl train` (server/group.py), as a user runs the configs/scale quickstarts:
+two managed servers on consecutive ports, rollouts from both, every push to both and verified on EACH by its own
+probe; a server killed mid-run is brought back while the other keeps serving; ipc with two servers and one
+shared copy of the weights.
+
+Each test starts its own two servers (`num_servers` is what is under test); marked `slow`."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import free_ports
+from tests.e2e.test_axolotl_train import gone, quickstart
+from tests.e2e.test_server_faults import _api_servers, _finish, _records, _start_train, _wait_step
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+TOL = 1e-4  # fp32 quickstarts
+
+
+def _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, mode: str, steps: int, **grpo):
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=f"scale/quickstart_2servers_{mode}.yaml",
+                           max_steps=steps, grpo=grpo)
+    cfg["vllm"]["port"] = free_ports(2)
+    import yaml
+
+    path.write_text(yaml.safe_dump(cfg))
+    return path, cfg
+
+
+def _urls(cfg) -> list[str]:
+    port = cfg["vllm"]["port"]
+    return [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"]
+
+
+def _weight_files(procs) -> set[str]:
+    """The shared weight files (ipc/shm.py) these processes map."""
+    files = set()
+    for q in procs:
+        try:
+            files |= {m.path for m in q.memory_maps() if "/weights-" in m.path}
+        except psutil.Error:
+            pass
+    return files
+
+
+def _assert_verified_on_both(cfg, steps: int) -> dict:
+    recs = _records(cfg)
+    assert [r["step"] for r in recs] == list(range(1, steps + 1))  # no step lost, none repeated
+    synced = [r for r in recs if r["sync_logprob_diff"] is not None]
+    assert synced
+    for r in synced:  # every sync measured on each server, each within the tolerance
+        assert len(r["sync_server_diffs"]) == 2 and all(d <= TOL for d in r["sync_server_diffs"]), r
+    for r in recs:  # each step's rollout came from both servers (4 prompts x 8 split 2 + 2 groups)
+        assert r["server_rows"] is not None and all(n > 0 for n in r["server_rows"]), r
+    s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+    assert s["all_syncs_verified"] is True and s["steps"] == steps, s
+    assert [x["url"] for x in s["servers"]] == _urls(cfg), s["servers"]
+    for x in s["servers"]:
+        assert x["rollouts"] > 0 and x["syncs"] == len(synced) and x["syncs_verified"] == x["syncs"], s["servers"]
+    return s
+
+
+def _listening(proc_pid: int, port: int) -> int | None:
+    """The PID of the API server under `proc_pid` that listens on `port`."""
+    for p in _api_servers(proc_pid):
+        try:
+            if f"--port {port}" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                return p.pid
+        except psutil.Error:
+            pass
+    return None
+
+
+def test_lora_sync_two_managed_servers_one_killed_and_recovered(tmp_path, tiny_model_dir, tiny_data_file,
+                                                                cache_env):
+    """lora_sync on two managed servers, 24 steps; the second server is killed (-9) at step 6: only it is
+    restarted (the first keeps its PID), the adapter re-pushed to both and verified on both, every step trained,
+    the reward rising."""
+    steps = 24
+    path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "lora_sync", steps,
+                                server_timeout=240)
+    port = cfg["vllm"]["port"]
+    log = tmp_path / "train.log"
+    proc = _start_train(path, log)
+    try:
+        _wait_step(cfg, 6, proc, log)
+        first, second = _listening(proc.pid, port), _listening(proc.pid, port + 1)
+        assert first and second and first != second
+        psutil.Process(second).send_signal(signal.SIGKILL)
+        _wait_step(cfg, 8, proc, log)
+        assert _listening(proc.pid, port) == first  # the other server was left alone
+        assert _listening(proc.pid, port + 1) not in (None, second)
+    finally:
+        text = _finish(proc, log)
+    assert proc.returncode == 0, text[-6000:]
+    s = _assert_verified_on_both(cfg, steps)
+    recs = _records(cfg)
+    hits = [d for r in recs for d in r.get("server_outage_detail", [])]
+    assert len(hits) == 1 and hits[0]["servers"] == [_urls(cfg)[1]] and hits[0]["restarted"], hits
+    assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
+    assert gone(first, timeout=30)  # both of ours stopped at the end
+    assert (Path(cfg["output_dir"]) / "vllm_server-1.log").exists()  # the second server's own log
+
+
+def test_restart_two_managed_servers(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    """Full fine-tuning: both servers reload the trainer's weights in place at every push; verified on each."""
+    steps = 16
+    path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "restart", steps)
+    log = tmp_path / "train.log"
+    proc = _start_train(path, log)
+    text = _finish(proc, log)
+    assert proc.returncode == 0, text[-6000:]
+    s = _assert_verified_on_both(cfg, steps)
+    assert s["num_syncs"] == steps, s
+    assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
+
+
+def test_ipc_two_managed_servers_share_one_copy(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    """ipc with two servers: the second maps the first's weight file (read from /proc/<pid>/maps of both server
+    processes while training), the trainer writes it, every step verified on both."""
+    steps = 16
+    path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "ipc", steps)
+    port = cfg["vllm"]["port"]
+    log = tmp_path / "train.log"
+    proc = _start_train(path, log)
+    try:
+        _wait_step(cfg, 3, proc, log)
+        maps, server_pids = {}, set()
+        for pid in (_listening(proc.pid, port), _listening(proc.pid, port + 1)):
+            tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+            server_pids |= {q.pid for q in tree}
+            maps[pid] = _weight_files(tree)
+        others = [q for q in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+                  if q.pid not in server_pids]
+        trainer_maps = _weight_files(others)
+    finally:
+        text = _finish(proc, log)
+    assert proc.returncode == 0, text[-6000:]
+    files = list(maps.values())
+    assert len(files) == 2 and len(files[0]) == 1 and files[0] == files[1], maps  # ONE file, mapped by both
+    assert next(iter(files[0])) in trainer_maps, (maps, trainer_maps)  # ... and by the trainer
+    assert "1 more server(s) mapping the same file" in text
+    _assert_verified_on_both(cfg, steps)
