@@ -223,3 +223,61 @@ def test_a_watch_that_asks_every_server_while_every_server_is_busy_does_not_dead
     done = threading.Event()
     threading.Thread(target=lambda: (group.generate([[1], [2]], model="m", n=1), done.set()), daemon=True).start()
     assert done.wait(10) and seen == [True, True]
+
+
+def test_each_server_gets_its_own_gpus_and_too_few_is_an_error_naming_the_count():
+    from grpo_plugin.server.process import ServerSpec, ServerStartError, device_slices
+
+    assert device_slices(["0", "1", "2", "3"], 2, 2) == ["0,1", "2,3"]
+    assert device_slices(["4", "5", "6"], 3, 1) == ["4", "5", "6"]
+    assert device_slices(["0", "1", "2", "3", "4"], 2, 2) == ["0,1", "2,3"]  # a spare GPU stays unused
+    with pytest.raises(ServerStartError, match=r"2 servers x vllm.tensor_parallel_size 2 need 4 GPUs, but 3 are "
+                                               r"visible \(0,1,2\)"):
+        device_slices(["0", "1", "2"], 2, 2)
+    env = ServerSpec(model="m", visible_devices="2,3").env(base={})
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert "CUDA_VISIBLE_DEVICES" not in ServerSpec(model="m").env(base={})
+
+
+def test_num_servers_gives_consecutive_ports_and_ipc_servers_map_the_first(monkeypatch):
+    from grpo_plugin.server import process
+
+    cfg = {"base_model": "m", "vllm": {"port": 8100}, "grpo": {"sync": "ipc", "num_servers": 3}}
+    specs = process.specs_from_cfg(cfg)
+    assert [s.port for s in specs] == [8100, 8101, 8102] and all(s.ipc for s in specs)
+    assert all(s.visible_devices is None for s in specs)  # no CUDA here: nothing to split
+    env = specs[1].env(base={}, ipc_export="/dev/shm/x", ipc_share=True)
+    assert env["GRPO_IPC_EXPORT"] == "/dev/shm/x" and env["GRPO_IPC_SHARE"] == "1"
+    assert "GRPO_IPC_SHARE" not in specs[0].env(base={"GRPO_IPC_SHARE": "1"}, ipc_export="/dev/shm/x")
+
+
+@pytest.mark.parametrize("block,message", [
+    ({"server_urls": ["http://a:8000", "http://a:8000"]}, "lists a server twice"),
+    ({"server_urls": ["a:8000"]}, r"must look like http://HOST:PORT"),
+    ({"server_urls": ["http://a:8000"], "num_servers": 2}, "keep one"),
+    ({"server_urls": ["http://a:8000", "http://b:8000"], "managed_server": True}, "starts them itself"),
+    ({"sync": "ipc", "server_urls": ["http://127.0.0.1:8000", "http://10.0.0.2:8000"]}, r"\['http://10.0.0.2:8000'\] "
+                                                                                         "are elsewhere"),
+    ({"num_servers": 2, "atropos": {}}, "Atropos environments generate on one server"),
+    ({"num_servers": 0}, "greater than or equal to 1"),
+])
+def test_server_settings_refuse_what_cannot_work_saying_why(block, message):
+    from pydantic import ValidationError
+
+    from grpo_plugin.args import GRPOSettings
+
+    with pytest.raises(ValidationError, match=message):
+        GRPOSettings(**block)
+
+
+def test_server_urls_and_num_servers_say_how_many_servers_and_where():
+    from grpo_plugin.args import GRPOSettings
+    from grpo_plugin.server.connect import server_urls
+
+    args = SimpleNamespace(vllm_server_base_url=None, vllm_server_host="0.0.0.0", vllm_server_port=8000)
+    assert server_urls(args, GRPOSettings()) == ["http://127.0.0.1:8000"]
+    assert server_urls(args, GRPOSettings(num_servers=2)) == ["http://127.0.0.1:8000", "http://127.0.0.1:8001"]
+    urls = GRPOSettings(server_urls=["http://node1:8000/", "http://node2:8000"])
+    assert urls.servers == 2 and server_urls(args, urls) == ["http://node1:8000", "http://node2:8000"]
+    based = SimpleNamespace(vllm_server_base_url="http://h:9000", vllm_server_host=None, vllm_server_port=None)
+    assert server_urls(based, GRPOSettings(num_servers=2)) == ["http://h:9000", "http://h:9001"]

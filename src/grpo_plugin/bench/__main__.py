@@ -11,6 +11,7 @@ ONE run on the same machine:
                                                                                                (bench/e2e.py)
     python -m grpo_plugin.bench code [--problems 16] [--group 8] [--json]                       (bench/code.py)
     python -m grpo_plugin.bench qlora [--size 100m] [--steps 3] [--json]                        (bench/qlora.py)
+    python -m grpo_plugin.bench servers [--size 100m] [--repeats 10] [--json]                   (bench/servers.py)
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ def main(argv: list[str] | None = None) -> None:
     q.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
     q.add_argument("--steps", type=int, default=3, help="AdamW steps per memory run")
     q.add_argument("--json", action="store_true", help="print one JSON object")
+    v = sub.add_parser("servers", help="2 vLLM servers vs 1: sync pause per mode; ipc memory with one shared file")
+    v.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
+    v.add_argument("--repeats", type=int, default=10, help="pushes per sync")
+    v.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     bench = _module(args)
     # libraries print banners on stdout when imported (deepspeed's accelerator line): stdout is the report's
@@ -91,6 +96,8 @@ def _run(bench, args) -> dict:
         return bench.run(args.problems, args.group)
     if args.cmd == "qlora":
         return bench.run(args.size, args.steps)
+    if args.cmd == "servers":
+        return bench.run(args.size, args.repeats)
     if args.cmd == "e2e":
         return bench.run(args.size, args.steps, [x for x in args.modes.split(",") if x], args.completion_len,
                          args.prompts, args.seed, stock=not args.no_stock)

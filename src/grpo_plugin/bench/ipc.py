@@ -129,9 +129,9 @@ def pause_push(sync, model, client, model_dir: str, repeats: int, only: str = ""
     return _stats(ms, diffs)
 
 
-def memory(mode: str, model_dir: str, base_url: str, server_pid: int) -> dict:
+def memory(mode: str, model_dir: str, base_url: str, server_pid: int | str) -> dict:
     """In a fresh trainer process: attach (ipc) or load + push (restart), 2 AdamW steps with real backward,
-    then the summed PSS of this process and the server's tree."""
+    then the summed PSS of this process and the server's tree. Several servers: comma-separated URLs and pids."""
     out = subprocess.run([sys.executable, "-m", "grpo_plugin.bench.ipc", "_memory", mode, model_dir, base_url,
                           str(server_pid)], capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
@@ -139,15 +139,15 @@ def memory(mode: str, model_dir: str, base_url: str, server_pid: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: int) -> dict:
+def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: str) -> dict:
     import os
 
     import torch
 
-    from grpo_plugin.server.client import VLLMServerClient
+    from grpo_plugin.server.connect import connect
     from grpo_plugin.sync import ProbeVerifier
 
-    client = VLLMServerClient(base_url, timeout=600)
+    client = connect(base_url.split(","), timeout=600)
     model = _load(model_dir)
     if mode == "ipc":
         from grpo_plugin.sync.ipc import IpcSync
@@ -178,7 +178,8 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: int) -> 
     gc.collect()
     with contextlib.suppress(Exception):  # freed-but-kept heap pages are the allocator's, not the mode's
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    trainer_mb, server_mb = pss_mb([os.getpid()]), pss_mb(_tree(server_pid))
+    server_pids = [q for pid in str(server_pid).split(",") for q in _tree(int(pid))]
+    trainer_mb, server_mb = pss_mb([os.getpid()]), pss_mb(server_pids)
     # restart keeps the last pushed checkpoint in its sync dir (tmpfs: RAM that no process maps)
     storage = getattr(sync, "storage", None)
     files_mb = sum(f.stat().st_size for f in storage.path.glob("*") if f.is_file()) / 2**20 if storage else 0.0
@@ -283,4 +284,4 @@ def report(out: dict) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_memory":
-        print(json.dumps(_memory_phase(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))))
+        print(json.dumps(_memory_phase(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])))

@@ -89,6 +89,8 @@ class ServerSpec:
     # CPU: 34 s -> 22 s to /health and 1 GB less memory, same generation speed (docs/benchmarks.md). On GPU a
     # one-rank vLLM already runs this way.
     one_engine_process: bool = True
+    # several servers on one GPU machine: the GPUs this one sees (CUDA_VISIBLE_DEVICES); None: inherited
+    visible_devices: str | None = None
     extra_args: list[str] = field(default_factory=list)
 
     @property
@@ -158,6 +160,8 @@ class ServerSpec:
             plugins = env.get("VLLM_PLUGINS")
             if plugins is not None and vllm_plugin.ENTRY_POINT not in plugins.split(","):
                 env["VLLM_PLUGINS"] = ",".join(p for p in (plugins, vllm_plugin.ENTRY_POINT) if p)
+        if self.visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.visible_devices
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # /v1/load_lora_adapter
         env["VLLM_SERVER_DEV_MODE"] = "1"  # /reset_prefix_cache, /collective_rpc
         if self.engine_in_one_process:
@@ -409,11 +413,38 @@ def server_count(cfg) -> int:
     return len(urls) if urls else int(grpo.get("num_servers") or 1)
 
 
+def device_slices(visible: list[str], n: int, per_server: int) -> list[str]:
+    """The GPUs of each of `n` servers of `per_server` GPUs (tensor_parallel_size) from the visible ones, in order:
+    server i gets GPUs i*per_server ... (i+1)*per_server - 1. Too few GPUs is an error saying how many it needs."""
+    need = n * per_server
+    if len(visible) < need:
+        raise ServerStartError(
+            f"grpo.num_servers: {n} servers x vllm.tensor_parallel_size {per_server} need {need} GPUs, but "
+            f"{len(visible)} are visible ({','.join(visible) or 'none'}). Set CUDA_VISIBLE_DEVICES to {need} GPUs "
+            "for `axolotl vllm-serve`, or lower num_servers / tensor_parallel_size.")
+    return [",".join(visible[i * per_server:(i + 1) * per_server]) for i in range(n)]
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (empty without CUDA)."""
+    if not cuda_available():
+        return []
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
 def specs_from_cfg(cfg, **overrides) -> list[ServerSpec]:
-    """One spec per server `grpo.num_servers` asks for: the same settings on consecutive ports from vllm.port."""
+    """One spec per server `grpo.num_servers` asks for: the same settings on consecutive ports from vllm.port;
+    on a GPU machine each gets its own tensor_parallel_size GPUs of the visible ones (device_slices)."""
     first = spec_from_cfg(cfg, **overrides)
     n = int((cfg.get("grpo") or {}).get("num_servers") or 1)
-    return [dataclasses.replace(first, port=first.port + i) for i in range(n)]
+    gpus = visible_gpus() if n > 1 else []
+    devices = device_slices(gpus, n, first.tensor_parallel_size) if gpus else [None] * n
+    return [dataclasses.replace(first, port=first.port + i, visible_devices=devices[i]) for i in range(n)]
 
 
 def start_servers(cfg, log_path: Callable[[int], str | None] = lambda i: None,

@@ -1,0 +1,188 @@
+"""The several-servers benchmark (prints figures; never a timed test).
+
+    python -m grpo_plugin.bench servers [--size 100m] [--repeats 10] [--json]
+
+In ONE run, on one model built locally (fp32, vLLM-CPU, eager):
+- sync pause with 2 servers vs 1: the same pushes, alternating, to one server alone and to two servers at once
+  (server/group.py sends to both in parallel) — `lora_sync` (r=16, all linear layers) and `restart` (reload);
+  every push verified by the probe on every server it went to;
+- `ipc` sync pause (fence trainer: the prefix-cache reset on every server) with 1 and 2 servers;
+- memory (summed PSS of every server's process tree + a trainer process after 2 AdamW steps): `ipc` with one
+  server, `ipc` with two servers mapping one weight file, and the alternative for two servers — `restart`, where
+  each server and the trainer hold their own copy.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+from grpo_plugin.bench.common import free_port, pct, perturb, probe_token_ids, scratch
+from grpo_plugin.bench.ipc import _load, _trainer, memory, pause_ipc
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _free_pair() -> int:
+    from grpo_plugin.server.process import port_in_use
+
+    while True:
+        port = free_port()
+        if port < 65535 and not port_in_use("127.0.0.1", port + 1):
+            return port
+
+
+def _start(model_dir: str, tmp, name: str, n: int, **spec):
+    """`n` servers on consecutive ports (ipc: the first exports, the others map its file), each waited for."""
+    from grpo_plugin.server.client import VLLMServerClient
+    from grpo_plugin.server.process import ServerSpec, VLLMServerProcess
+
+    port = _free_pair()
+    servers = []
+    try:
+        for i in range(n):
+            s = ServerSpec(model=model_dir, port=port + i, dtype="float32", max_model_len=512, enforce_eager=True,
+                           **{"enable_lora": False, **spec})
+            server = VLLMServerProcess(s, tmp / f"vllm-{name}-{i}.log", shares_with=servers[0] if servers else None)
+            server.start()
+            servers.append(server)
+        clients = [VLLMServerClient(s.spec.base_url, timeout=600) for s in servers]
+        for server, client in zip(servers, clients):
+            server.wait_healthy(900, client.healthy)
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+    return servers, clients
+
+
+def _stats(values: list[float]) -> dict:
+    return {"median_ms": round(statistics.median(values), 2), "p90_ms": round(pct(values, 0.9), 2), "n": len(values)}
+
+
+def _alternate(syncs: dict, model, verifiers: dict, repeats: int, only: str) -> dict:
+    """Push the same weights through each sync in turn (order alternating per round), each verified."""
+    ms = {k: [] for k in syncs}
+    diffs = {k: [] for k in syncs}
+    for i in range(repeats + 1):
+        perturb(model, seed=i, scale=0.01, only=only)
+        for key in (list(syncs) if i % 2 == 0 else list(syncs)[::-1]):
+            t0 = time.perf_counter()
+            syncs[key].push(i)
+            pause = (time.perf_counter() - t0) * 1e3
+            diff, _ = verifiers[key].measure(model, syncs[key].generation_model)
+            if i:
+                ms[key].append(pause)
+                diffs[key].append(diff)
+    out = {k: {**_stats(ms[k]), "max_logprob_diff": max(diffs[k]), "verified": all(d <= 1e-4 for d in diffs[k])}
+           for k in syncs}
+    out["ratio_2_vs_1"] = round(out["2 servers"]["median_ms"] / out["1 server"]["median_ms"], 3)
+    return out
+
+
+def _pauses(model_dir: str, tmp, repeats: int) -> dict:
+    from peft import LoraConfig, get_peft_model
+
+    from grpo_plugin.server.group import ServerGroup
+    from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.lora import LoraSync
+    from grpo_plugin.sync.restart import RestartSync
+
+    probe = probe_token_ids(model_dir)
+    out = {}
+    print("[bench] lora_sync: 2 LoRA servers", file=sys.stderr, flush=True)
+    servers, clients = _start(model_dir, tmp, "lora", 2, enable_lora=True, max_lora_rank=16, max_loras=4)
+    try:
+        group = ServerGroup([c.fork() for c in clients])
+        model = get_peft_model(_load(model_dir), LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
+                                                            target_modules=TARGETS))
+        syncs = {"1 server": LoraSync(clients[0], adapter_name="one"), "2 servers": LoraSync(group, adapter_name="two")}
+        for s in syncs.values():
+            s.prepare(_trainer(model))
+        verifiers = {k: ProbeVerifier(c, probe, 1e-4, "lora_sync") for k, c in (("1 server", clients[0]),
+                                                                                 ("2 servers", group))}
+        out["lora_sync"] = _alternate(syncs, model, verifiers, repeats, only="lora_B")
+        for s in syncs.values():
+            s.close()
+    finally:
+        for s in servers:
+            s.stop()
+    print("[bench] restart (reload): 2 full-weight servers", file=sys.stderr, flush=True)
+    servers, clients = _start(model_dir, tmp, "full", 2)
+    try:
+        group = ServerGroup([c.fork() for c in clients])
+        model = _load(model_dir)
+        syncs = {"1 server": RestartSync(clients[0]), "2 servers": RestartSync(group)}
+        for s in syncs.values():
+            s.prepare(_trainer(model))
+        verifiers = {k: ProbeVerifier(c, probe, 1e-4, "restart") for k, c in (("1 server", clients[0]),
+                                                                               ("2 servers", group))}
+        out["restart_reload"] = _alternate(syncs, model, verifiers, repeats, only="")
+        for s in syncs.values():
+            s.close()
+        print("[bench] memory: restart with 2 servers (each its own copy)", file=sys.stderr, flush=True)
+        out["memory_restart_2"] = memory("restart", model_dir, ",".join(c.base_url for c in clients),
+                                         ",".join(str(s.pid) for s in servers))
+    finally:
+        for s in servers:
+            s.stop()
+    return out
+
+
+def run(size: str = "100m", repeats: int = 10) -> dict:
+    from grpo_plugin.bench.common import stack
+    from grpo_plugin.server.group import ServerGroup
+    from grpo_plugin.tiny import MODEL_SIZES, build_model
+
+    out: dict = {"benchmark": "servers", "size": size, "repeats": repeats, "stack": stack()}
+    with scratch("grpo_bench_servers-") as tmp:
+        model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
+        out.update(_pauses(model_dir, tmp, repeats))
+        for n in (1, 2):
+            print(f"[bench] ipc: {n} server(s) on one weight file", file=sys.stderr, flush=True)
+            servers, clients = _start(model_dir, tmp, f"ipc{n}", n, ipc=True)
+            try:
+                client = clients[0] if n == 1 else ServerGroup(clients)
+                out[f"memory_ipc_{n}"] = memory("ipc", model_dir, ",".join(c.base_url for c in clients),
+                                                ",".join(str(s.pid) for s in servers))
+                out[f"pause_ipc_{n}"] = pause_ipc(client, model_dir, repeats, "trainer")
+            finally:
+                for s in servers:
+                    s.stop()
+    m1, m2, r2 = out["memory_ipc_1"], out["memory_ipc_2"], out["memory_restart_2"]
+    out["memory_summary"] = {
+        "weights_mb": m1["weights_mb"],
+        "ipc_1_server_mb": m1["total_pss_mb"], "ipc_2_servers_mb": m2["total_pss_mb"],
+        "restart_2_servers_mb": r2["total_pss_mb"],
+        "second_ipc_server_adds_mb": round(m2["total_pss_mb"] - m1["total_pss_mb"], 1),
+        "ipc_2_saves_vs_restart_2_mb": round(r2["total_pss_mb"] - m2["total_pss_mb"], 1),
+    }
+    out["pause_ipc_ratio_2_vs_1"] = round(out["pause_ipc_2"]["median_ms"] / out["pause_ipc_1"]["median_ms"], 3)
+    return out
+
+
+def report(out: dict) -> None:
+    st = out["stack"]
+    print(f"several-servers benchmark · model {out['size']} fp32 · vLLM-CPU eager · {out['repeats']} pushes per "
+          f"sync · stack {st['name']} (axolotl {st['axolotl']}, {st['vllm']}, torch {st['torch']})")
+    for key, label in (("lora_sync", "lora_sync (r=16)"), ("restart_reload", "restart (reload)")):
+        r = out[key]
+        for n in ("1 server", "2 servers"):
+            x = r[n]
+            print(f"  pause {label:18s} {n:9s} median {x['median_ms']:8.2f} ms  p90 {x['p90_ms']:8.2f} ms  "
+                  f"max|Δ| {x['max_logprob_diff']:.1e}  verified {x['verified']}")
+        print(f"  pause {label:18s} 2 servers / 1 server: {r['ratio_2_vs_1']:.2f}x")
+    for n in (1, 2):
+        x = out[f"pause_ipc_{n}"]
+        print(f"  pause ipc (fence trainer) {n} server(s): median {x['median_ms']:.2f} ms  max|Δ| "
+              f"{x['max_logprob_diff']:.1e}  verified {x['verified']}")
+    print(f"  pause ipc 2 servers / 1 server: {out['pause_ipc_ratio_2_vs_1']:.2f}x")
+    m = out["memory_summary"]
+    print(f"  memory (PSS of every server + the trainer after 2 AdamW steps; weights {m['weights_mb']} MB):")
+    print(f"    ipc, 1 server:                 {m['ipc_1_server_mb']:9.1f} MB")
+    print(f"    ipc, 2 servers on one file:    {m['ipc_2_servers_mb']:9.1f} MB  (the second server adds "
+          f"{m['second_ipc_server_adds_mb']:.1f} MB)")
+    print(f"    restart, 2 servers (3 copies): {m['restart_2_servers_mb']:9.1f} MB  (ipc saves "
+          f"{m['ipc_2_saves_vs_restart_2_mb']:.1f} MB)")
+    sys.stdout.flush()
