@@ -231,7 +231,14 @@ class GRPOSettings(BaseModel):
                     "Atropos environments generating on it (their requests fail while it is down). Use "
                     "`grpo.restart_strategy: reload` (the default).")
         if self.sync == "ipc":
-            self.ipc_fence = self.ipc_fence or ("server" if self.atropos is not None else "trainer")
+            ranks = int(os.environ.get("WORLD_SIZE", "1"))
+            if ranks > 1 and self.ipc_fence == "trainer":
+                raise ValueError(
+                    f"grpo.ipc_fence: trainer assumes one trainer process generates on the server, but this run has "
+                    f"{ranks} ranks: one may generate while rank 0's optimizer writes the shared weights. Remove "
+                    "grpo.ipc_fence (with several ranks it defaults to server: vLLM pauses generation around each "
+                    "optimizer step).")
+            self.ipc_fence = self.ipc_fence or ("server" if self.atropos is not None or ranks > 1 else "trainer")
             self.ipc_gemm = self.ipc_gemm or "onednn"
             if self.sync_interval != 1:
                 raise ValueError(
@@ -317,6 +324,17 @@ def check_cross_keys(data: dict) -> None:
         _check_ipc(data)
     if _get(grpo, "atropos") is not None:
         _check_atropos(data, _get(grpo, "atropos"))
+    ranks = int(os.environ.get("WORLD_SIZE", "1"))
+    if ranks > 1 and data.get("deepspeed"):
+        from grpo_plugin.server.process import cuda_available
+
+        if not cuda_available():
+            raise ValueError(
+                f"`deepspeed:` with {ranks} trainer ranks on a machine without CUDA does not run through axolotl "
+                "0.21 / accelerate 1.15 (measured: with accelerate's CPU switch DeepSpeed is silently dropped and "
+                "the ranks run as DDP; without it DeepSpeed fails its batch check, train_batch_size 16 != 16 * 1 * 2). "
+                "Remove `deepspeed:` to run the ranks as DDP on CPU (every grpo.sync mode works so); DeepSpeed "
+                "ZeRO-1/2 is for GPU machines (docs/scaling.md).")
     sharded = _sharded_trainer(data)
     if sharded:
         raise ValueError(
@@ -341,6 +359,13 @@ def check_cross_keys(data: dict) -> None:
                 "trl.use_data_producer: false, but the grpo_plugin's trainer runs on axolotl's data-producer "
                 "path. Remove trl.use_data_producer (the plugin sets it)."
             )
+        ranks = int(os.environ.get("WORLD_SIZE", "1"))
+        if ranks > 1 and trl.get("skip_zero_advantage_batches") is True:
+            raise ValueError(
+                f"trl.skip_zero_advantage_batches: true with {ranks} trainer ranks deadlocks: a rank whose micro-batch "
+                "has only zero advantages skips the loss (and its all-gathers) while the other ranks wait in them "
+                "(axolotl's FastAsyncGRPOTrainer._compute_loss; measured: a 2-rank run hung at step 2). Remove it "
+                "(with several ranks the plugin sets it to false).")
         if trl.get("vllm_lora_sync"):
             raise ValueError(
                 "trl.vllm_lora_sync: true is axolotl's built-in LoRA sync; with the grpo_plugin use "

@@ -23,9 +23,11 @@ class GRPOPlugin(BasePlugin):
         Only defaults are filled in: an explicit conflicting value is left for validation to reject.
         First of all: the installed axolotl / TRL must be a supported stack (a clear error, before any model loads).
         """
+        from grpo_plugin.compat.cpu_ranks import allow_cpu_ranks
         from grpo_plugin.compat.host import check_host_versions
 
         check_host_versions()
+        allow_cpu_ranks()  # several trainer ranks on a machine without CUDA (compat/cpu_ranks.py)
         if cfg.get("grpo") is None:
             cfg["grpo"] = {}
         if cfg.get("trainer_cls") not in (None, TRAINER_CLS):
@@ -40,6 +42,10 @@ class GRPOPlugin(BasePlugin):
         trl.setdefault("use_vllm", True)
         trl.setdefault("vllm_mode", "server")
         trl.setdefault("use_data_producer", True)
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            # several ranks: a rank skipping its zero-advantage micro-batch skips the loss's collectives while the
+            # others wait in them (a deadlock; args.py refuses an explicit true)
+            trl.setdefault("skip_zero_advantage_batches", False)
         vllm.setdefault("serve_module", SERVE_MODULE)
         vllm.setdefault("host", "127.0.0.1")
         vllm.setdefault("port", 8000)
@@ -86,6 +92,11 @@ class GRPOPlugin(BasePlugin):
         from grpo_plugin.checkpoints import settle_resume
 
         settle_resume(cfg, rank=int(os.environ.get("RANK", "0")))
+        acc = trainer.accelerator
+        if acc.num_processes > 1:
+            from grpo_plugin.compat.cpu_ranks import describe_ranks
+
+            print(f"[grpo_plugin] {describe_ranks(acc)}", flush=True)
 
     def post_train_unload(self, cfg) -> None:
         from grpo_plugin.server import managed

@@ -191,9 +191,14 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             self._finish_verification()  # (normally done already, before the last optimizer step)
             # a server lost during the push is brought back by the guard, whose restore IS this push
             result = self.guard.run("weight push", lambda: self._sync_now(step, last), redo=False)
-        self.accelerator.wait_for_everyone()  # no rank generates before the push is done and verified
-        # every rank's producer may sample with this version now (a push already published it inside its write)
-        self.policy_gate.publish(step, self.weight_sync.generation_model)
+        # no rank generates before the push is done and verified; every rank's producer then samples with the
+        # model name rank 0's push serves (a push already published it inside its write on rank 0)
+        served = self.weight_sync.generation_model if self.accelerator.is_main_process else None
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            served = broadcast_object_list([served], from_process=0)[0]
+        self.policy_gate.publish(step, served)
         self._synced_version = step
         self._pending_sync = result
 

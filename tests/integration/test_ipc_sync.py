@@ -48,12 +48,13 @@ class _Trainer(SimpleNamespace):
         self.callbacks.append(cb)
 
 
-def trainer_for(model_dir, dtype=torch.float32, processes: int = 1):
+def trainer_for(model_dir, dtype=torch.float32, processes: int = 1, rank: int = 0):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
     return _Trainer(model=model, callbacks=[],
-                    accelerator=SimpleNamespace(unwrap_model=lambda m: m, num_processes=processes))
+                    accelerator=SimpleNamespace(unwrap_model=lambda m: m, num_processes=processes,
+                                                is_main_process=rank == 0))
 
 
 def fresh_copy(model):
@@ -185,14 +186,24 @@ def test_server_fence_holds_a_request_that_arrives_during_the_step(attached, ipc
         sync.fence = "trainer"
 
 
-@pytest.mark.parametrize("case", ["extra_parameter", "bf16_trainer", "two_processes"])
+def test_with_two_ranks_only_rank_0_attaches_the_other_keeps_its_own_replica(ipc_server, tiny_model_dir):
+    """DDP: rank 0's model is the shared copy; rank 1 never maps the file nor registers the step fence."""
+    _, client = ipc_server
+    other = trainer_for(tiny_model_dir, processes=2, rank=1)
+    own = {n: p.data_ptr() for n, p in other.model.named_parameters()}
+    sync = IpcSync(client, fence="server")
+    sync.prepare(other)
+    assert sync.transport is None and other.callbacks == []
+    assert {n: p.data_ptr() for n, p in other.model.named_parameters()} == own
+    sync.close()
+
+
+@pytest.mark.parametrize("case", ["extra_parameter", "bf16_trainer"])
 def test_what_cannot_be_shared_is_refused_before_anything_is_written(ipc_server, tiny_model_dir, probe_ids, case):
     _, client = ipc_server
     before = client.prompt_logprobs(probe_ids, model=client.base_model())
     if case == "bf16_trainer":
         trainer, error, match = trainer_for(tiny_model_dir, dtype=torch.bfloat16), SyncError, "one dtype"
-    elif case == "two_processes":
-        trainer, error, match = trainer_for(tiny_model_dir, processes=2), SyncError, "2 trainer processes"
     else:
         trainer = trainer_for(tiny_model_dir)
         trainer.model.model.layers[0].mlp.extra_scale = torch.nn.Parameter(torch.ones(3))

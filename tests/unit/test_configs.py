@@ -24,6 +24,7 @@ CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 RECIPES = sorted((ROOT / "configs" / "gsm8k").glob("*.yaml"))
 CODE_RECIPES = sorted((ROOT / "configs" / "code").glob("*.yaml"))
 DS_CONFIGS = sorted((ROOT / "deepspeed_configs").glob("*.json"))
+SCALE = sorted((ROOT / "configs" / "scale").glob("*.yaml"))
 
 
 def user_checkout(root, tiny_data_file=None):
@@ -168,6 +169,19 @@ def test_docs_name_every_recipe_and_its_launch_commands():
             assert "managed_server: true" in path.read_text()
         else:
             assert "CUDA_VISIBLE_DEVICES" in header
+
+
+def test_scaling_docs_name_every_scale_config_and_the_configs_say_their_commands():
+    doc = (ROOT / "docs" / "scaling.md").read_text()
+    assert SCALE
+    for path in SCALE:
+        rel = str(path.relative_to(ROOT))
+        assert rel in doc, f"docs/scaling.md does not mention {rel}"
+        header = path.read_text().split("\nbase_model:")[0]
+        commands = re.findall(r"axolotl (?:train|vllm-serve) (\S+)", header)
+        assert commands and all(c == rel for c in commands), (rel, commands)
+        raw = yaml.safe_load(path.read_text())
+        assert raw["grpo"].get("num_servers", 1) > 1 or raw.get("deepspeed") or raw.get("fsdp_config"), rel
 
 
 def test_a_config_whose_files_are_missing_fails_before_loading_naming_each(tiny_model_dir, tmp_path, monkeypatch):

@@ -35,15 +35,18 @@ def _free_pair() -> int:
 
 def _start(model_dir: str, tmp, name: str, n: int, **spec):
     """`n` servers on consecutive ports (ipc: the first exports, the others map its file), each waited for."""
+    import os
+
     from grpo_plugin.server.client import VLLMServerClient
-    from grpo_plugin.server.process import ServerSpec, VLLMServerProcess
+    from grpo_plugin.server.process import ServerSpec, VLLMServerProcess, core_slices
 
     port = _free_pair()
+    cores = core_slices(list(os.sched_getaffinity(0)), n) if n > 1 else [None]  # as `num_servers` binds them
     servers = []
     try:
         for i in range(n):
             s = ServerSpec(model=model_dir, port=port + i, dtype="float32", max_model_len=512, enforce_eager=True,
-                           **{"enable_lora": False, **spec})
+                           cpu_bind=cores[i], **{"enable_lora": False, **spec})
             server = VLLMServerProcess(s, tmp / f"vllm-{name}-{i}.log", shares_with=servers[0] if servers else None)
             server.start()
             servers.append(server)

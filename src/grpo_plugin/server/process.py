@@ -91,6 +91,9 @@ class ServerSpec:
     one_engine_process: bool = True
     # several servers on one GPU machine: the GPUs this one sees (CUDA_VISIBLE_DEVICES); None: inherited
     visible_devices: str | None = None
+    # several servers on one CPU machine: the cores this one's OpenMP threads are bound to (vLLM-CPU's
+    # VLLM_CPU_OMP_THREADS_BIND, e.g. "0-3"); None: vLLM's default
+    cpu_bind: str | None = None
     extra_args: list[str] = field(default_factory=list)
 
     @property
@@ -168,6 +171,8 @@ class ServerSpec:
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # vLLM-CPU honours `uni` only with this
         if not cuda_available():
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cpu_kv_cache_gb))
+            if self.cpu_bind is not None:
+                env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_bind
             if self.engine_in_one_process:
                 env.update(omp_binding(env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")))
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -425,6 +430,22 @@ def device_slices(visible: list[str], n: int, per_server: int) -> list[str]:
     return [",".join(visible[i * per_server:(i + 1) * per_server]) for i in range(n)]
 
 
+def core_slices(cores: list[int], n: int) -> list[str]:
+    """`n` servers on one CPU machine: each gets its own contiguous share of `cores` (as a
+    VLLM_CPU_OMP_THREADS_BIND list). Unbound, every server's OpenMP threads spin on every core: measured with two
+    100M servers on 2 cores, pushing to both took 5.9x pushing to one. More servers than cores: they share."""
+    cores = sorted(cores)
+    if n > len(cores):
+        return [",".join(map(str, cores))] * n
+    base, extra = divmod(len(cores), n)
+    out, start = [], 0
+    for i in range(n):
+        size = base + (1 if i < extra else 0)
+        out.append(",".join(map(str, cores[start:start + size])))
+        start += size
+    return out
+
+
 def visible_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (empty without CUDA)."""
     if not cuda_available():
@@ -444,7 +465,10 @@ def specs_from_cfg(cfg, **overrides) -> list[ServerSpec]:
     n = int((cfg.get("grpo") or {}).get("num_servers") or 1)
     gpus = visible_gpus() if n > 1 else []
     devices = device_slices(gpus, n, first.tensor_parallel_size) if gpus else [None] * n
-    return [dataclasses.replace(first, port=first.port + i, visible_devices=devices[i]) for i in range(n)]
+    bind_cpus = n > 1 and not gpus and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
+    cpus = core_slices(list(os.sched_getaffinity(0)), n) if bind_cpus else [None] * n
+    return [dataclasses.replace(first, port=first.port + i, visible_devices=devices[i], cpu_bind=cpus[i])
+            for i in range(n)]
 
 
 def start_servers(cfg, log_path: Callable[[int], str | None] = lambda i: None,

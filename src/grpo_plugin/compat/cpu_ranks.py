@@ -1,0 +1,88 @@
+"""Several trainer ranks on a machine without CUDA.
+
+axolotl (0.19 and 0.21) asks torch, as soon as WORLD_SIZE > 1, whether CUDA devices can reach each other
+(`check_cuda_p2p_support`, called from `prepare_optim_env` while the config loads). Without an NVIDIA driver
+`torch.cuda.can_device_access_peer` raises RuntimeError("Found no NVIDIA driver"), which axolotl does not catch
+(it catches AssertionError only): no run with two or more ranks can start on a CPU machine (measured: both ranks
+of `--multi_gpu --num_processes 2` die there). Without CUDA there is no peer-to-peer question to answer, so on
+such a machine the check answers what axolotl answers for one rank: True (leave NCCL's P2P setting alone — NCCL
+is not used on CPU anyway: torch picks gloo). On a CUDA machine nothing is changed.
+
+The second: with WORLD_SIZE > 1 axolotl's `normalize_config` sets `device_map: {"": LOCAL_RANK}` whatever
+device it found — an integer, which transformers reads as a CUDA device, so the model load fails the same way
+(measured next, once the first was past). axolotl's model loader copies the device map before any plugin hook
+runs, so the correction follows `normalize_config` itself (the config loader's reference to it is wrapped): the
+model loads on the CPU the config resolved (`cfg.device == "cpu"`).
+
+The third: accelerate decides a run is distributed by its CUDA devices; without them every rank of
+`--multi_gpu --num_processes 2` (or torchrun) runs as DistributedType.NO, each believing it is alone (measured:
+process_index 0 and num_processes 1 in both ranks — both pushed the same adapter version). accelerate's own
+switch for CPU ranks, ACCELERATE_USE_CPU, makes them one MULTI_CPU (gloo) run; it is set when WORLD_SIZE > 1.
+
+DeepSpeed with several CPU ranks stays out of reach: with ACCELERATE_USE_CPU accelerate silently drops DeepSpeed
+(the ranks ran as plain DDP), and without it DeepSpeed starts (its CPU accelerator, gloo) but fails its batch check
+(`train_batch_size 16 != 16 * 1 * 2`: the trainer computed its batch for one process). args.py refuses that
+combination on a machine without CUDA, naming both measurements.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _no_cuda_peers() -> bool:
+    return True
+
+
+def allow_cpu_ranks() -> bool:
+    """Install the CPU answer when this machine has no CUDA; True if it was installed."""
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        os.environ.setdefault("ACCELERATE_USE_CPU", "true")
+    try:
+        import axolotl.utils.trainer as trainer_utils
+    except ImportError:  # not under axolotl
+        return False
+    if not hasattr(trainer_utils, "check_cuda_p2p_ib_support"):
+        return False
+    trainer_utils.check_cuda_p2p_ib_support = _no_cuda_peers
+    try:
+        import axolotl.cli.config as cli_config
+    except ImportError:
+        return True
+    original = getattr(cli_config, "normalize_config", None)
+    if original is not None and not getattr(original, "_grpo_cpu_ranks", False):
+        def normalize_config(cfg, *args, **kwargs):
+            result = original(cfg, *args, **kwargs)
+            cpu_device_map(cfg)
+            return result
+
+        normalize_config._grpo_cpu_ranks = True
+        cli_config.normalize_config = normalize_config
+    return True
+
+
+def cpu_device_map(cfg) -> bool:
+    """Without CUDA, several ranks: the model loads on the CPU (not on `cuda:<local rank>`). True if changed."""
+    import torch
+
+    if torch.cuda.is_available() or int(cfg.get("world_size") or 1) == 1 or cfg.get("device") != "cpu":
+        return False
+    if cfg.get("device_map") == {"": "cpu"}:
+        return False
+    cfg["device_map"] = {"": "cpu"}
+    return True
+
+
+def describe_ranks(accelerator) -> str:
+    """One line per rank: which rank of how many, how they are joined (DDP / DeepSpeed ZeRO-n), who pushes."""
+    kind = str(accelerator.distributed_type).rsplit(".", 1)[-1]
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is not None:
+        kind += f" ZeRO-{plugin.zero_stage}"
+    role = "pushes the weights to vLLM" if accelerator.is_main_process else "waits for rank 0's pushes"
+    return (f"trainer rank {accelerator.process_index} of {accelerator.num_processes} ({kind}, "
+            f"{accelerator.device}): {role}")
