@@ -47,8 +47,8 @@ def _assert_two_ranks_trained_verified(log: str, cfg: dict, steps: int, joined: 
 
 def test_two_ranks_ddp_lora_sync(tmp_path, tiny_model_dir, tiny_data_file, vllm_server, cache_env):
     steps = 8
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, server=vllm_server, max_steps=steps,
-                           micro_batch_size=16)
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "scale/quickstart_2ranks_lora_sync.yaml",
+                           server=vllm_server, max_steps=steps)
     log = _two_ranks(path)
     s = _assert_two_ranks_trained_verified(log, cfg, steps, "MULTI_CPU")
     assert s["num_syncs"] == steps

@@ -281,3 +281,23 @@ def test_server_urls_and_num_servers_say_how_many_servers_and_where():
     assert urls.servers == 2 and server_urls(args, urls) == ["http://node1:8000", "http://node2:8000"]
     based = SimpleNamespace(vllm_server_base_url="http://h:9000", vllm_server_host=None, vllm_server_port=None)
     assert server_urls(based, GRPOSettings(num_servers=2)) == ["http://h:9000", "http://h:9001"]
+
+
+def test_core_slices_give_each_server_its_own_cores():
+    from grpo_plugin.server.process import ServerSpec, core_slices
+
+    assert core_slices([0, 1], 2) == ["0", "1"]
+    assert core_slices([3, 0, 1, 2, 4], 2) == ["0,1,2", "3,4"]
+    assert core_slices([0], 2) == ["0", "0"]  # more servers than cores: they share
+    env = ServerSpec(model="m", cpu_bind="1").env(base={})
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["OMP_NUM_THREADS"] == "1" and env["OMP_PLACES"] == "{1}"
+
+
+def test_a_user_core_binding_is_left_alone(monkeypatch):
+    from grpo_plugin.server import process
+
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1|2-3")
+    specs = process.specs_from_cfg({"base_model": "m", "grpo": {"num_servers": 2}})
+    assert [s.cpu_bind for s in specs] == [None, None]
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND")
+    assert len({s.cpu_bind for s in process.specs_from_cfg({"base_model": "m", "grpo": {"num_servers": 2}})}) == 2

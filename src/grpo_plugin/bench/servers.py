@@ -84,11 +84,27 @@ def _alternate(syncs: dict, model, verifiers: dict, repeats: int, only: str) -> 
     return out
 
 
+def _one_vs_two(make_sync, model, clients: list, probe: list[int], repeats: int, only: str) -> dict:
+    """The same pushes to the first server alone and to both (ServerGroup), alternating; each verified."""
+    from grpo_plugin.server.group import ServerGroup
+    from grpo_plugin.sync import ProbeVerifier
+
+    group = ServerGroup([c.fork() for c in clients])
+    targets = {"1 server": clients[0], "2 servers": group}
+    syncs = {k: make_sync(c, "one" if k == "1 server" else "two") for k, c in targets.items()}
+    for sync in syncs.values():
+        sync.prepare(_trainer(model))
+    verifiers = {k: ProbeVerifier(c, probe, 1e-4, syncs[k].mode) for k, c in targets.items()}
+    try:
+        return _alternate(syncs, model, verifiers, repeats, only=only)
+    finally:
+        for sync in syncs.values():
+            sync.close()
+
+
 def _pauses(model_dir: str, tmp, repeats: int) -> dict:
     from peft import LoraConfig, get_peft_model
 
-    from grpo_plugin.server.group import ServerGroup
-    from grpo_plugin.sync import ProbeVerifier
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.sync.restart import RestartSync
 
@@ -97,33 +113,18 @@ def _pauses(model_dir: str, tmp, repeats: int) -> dict:
     print("[bench] lora_sync: 2 LoRA servers", file=sys.stderr, flush=True)
     servers, clients = _start(model_dir, tmp, "lora", 2, enable_lora=True, max_lora_rank=16, max_loras=4)
     try:
-        group = ServerGroup([c.fork() for c in clients])
         model = get_peft_model(_load(model_dir), LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
                                                             target_modules=TARGETS))
-        syncs = {"1 server": LoraSync(clients[0], adapter_name="one"), "2 servers": LoraSync(group, adapter_name="two")}
-        for s in syncs.values():
-            s.prepare(_trainer(model))
-        verifiers = {k: ProbeVerifier(c, probe, 1e-4, "lora_sync") for k, c in (("1 server", clients[0]),
-                                                                                 ("2 servers", group))}
-        out["lora_sync"] = _alternate(syncs, model, verifiers, repeats, only="lora_B")
-        for s in syncs.values():
-            s.close()
+        out["lora_sync"] = _one_vs_two(lambda c, name: LoraSync(c, adapter_name=name), model, clients, probe,
+                                       repeats, only="lora_B")
     finally:
         for s in servers:
             s.stop()
     print("[bench] restart (reload): 2 full-weight servers", file=sys.stderr, flush=True)
     servers, clients = _start(model_dir, tmp, "full", 2)
     try:
-        group = ServerGroup([c.fork() for c in clients])
-        model = _load(model_dir)
-        syncs = {"1 server": RestartSync(clients[0]), "2 servers": RestartSync(group)}
-        for s in syncs.values():
-            s.prepare(_trainer(model))
-        verifiers = {k: ProbeVerifier(c, probe, 1e-4, "restart") for k, c in (("1 server", clients[0]),
-                                                                               ("2 servers", group))}
-        out["restart_reload"] = _alternate(syncs, model, verifiers, repeats, only="")
-        for s in syncs.values():
-            s.close()
+        out["restart_reload"] = _one_vs_two(lambda c, name: RestartSync(c), _load(model_dir), clients, probe,
+                                            repeats, only="")
         print("[bench] memory: restart with 2 servers (each its own copy)", file=sys.stderr, flush=True)
         out["memory_restart_2"] = memory("restart", model_dir, ",".join(c.base_url for c in clients),
                                          ",".join(str(s.pid) for s in servers))

@@ -21,6 +21,7 @@ that was lost.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -83,19 +84,24 @@ class ServerGroup:
 
     # -- fan-out --------------------------------------------------------------------------------
     def each(self, call: Callable[[VLLMServerClient], Any], clients: list | None = None) -> list[Any]:
-        """`call(client)` on every server in parallel; the results in server order. Waits for every server before
-        raising the first failure (a push half-done on one server is never left running unseen). A thread per
-        call, not a pool: a call's liveness watch (server/recovery.py) fans out again while the call waits."""
+        """`call(client)` on every server in parallel; the results in server order."""
         clients = self.replicas if clients is None else clients
-        futures = [in_daemon_thread(call, c) for c in clients]
+        return self._run([(c, functools.partial(call, c)) for c in clients])
+
+    @staticmethod
+    def _run(jobs: list[tuple[VLLMServerClient, Callable[[], Any]]]) -> list[Any]:
+        """Each job's call in its own thread; the results in job order. Waits for every job before raising the first
+        failure, named with its server (a push half-done on one server is never left running unseen). A thread per
+        call, not a pool: a call's liveness watch (server/recovery.py) fans out again while the call waits."""
+        futures = [in_daemon_thread(fn) for _, fn in jobs]
         results, first = [], None
-        for c, f in zip(clients, futures):
+        for (client, _), future in zip(jobs, futures):
             try:
-                results.append(f.result())
+                results.append(future.result())
             except Exception as exc:
                 results.append(None)
                 if first is None:
-                    first = (c, exc)
+                    first = (client, exc)
         if first is not None:
             client, exc = first
             if isinstance(exc, ServerError) and client.base_url not in str(exc):
@@ -138,28 +144,15 @@ class ServerGroup:
         self._turn = (self._turn + len(prompts)) % len(self.replicas)
         busy = [(i, r) for i, r in enumerate(ranges) if len(r)]
 
-        def one(item):
-            i, r = item
+        def share(i: int, r: range) -> list[list[Completion]]:
             groups = self.replicas[i].generate([prompts[k] for k in r], **kwargs)
             for group in groups:
                 for c in group:
                     c.server = i
             return groups
 
-        futures = [in_daemon_thread(one, item) for item in busy]
-        out, first = [], None
-        for (i, _), f in zip(busy, futures):
-            try:
-                out.extend(f.result())
-            except Exception as exc:
-                if first is None:
-                    first = (self.replicas[i], exc)
-        if first is not None:
-            client, exc = first
-            if isinstance(exc, ServerError) and client.base_url not in str(exc):
-                raise type(exc)(f"[server {client.base_url}] {exc}") from exc
-            raise exc
-        return out
+        per_server = self._run([(self.replicas[i], functools.partial(share, i, r)) for i, r in busy])
+        return [group for groups in per_server for group in groups]
 
     def prompt_logprobs(self, token_ids: list[int], *, model: str) -> list[float]:
         raise TypeError("ServerGroup.prompt_logprobs: ask each server (`replicas`); the probe verifies every one")

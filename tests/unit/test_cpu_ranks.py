@@ -1,0 +1,61 @@
+"""compat/cpu_ranks.py and the rules for several trainer ranks, without launching ranks (the 2-rank runs through
+`axolotl train` are tests/e2e/test_multiprocess_train.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from pydantic import ValidationError
+
+from grpo_plugin.compat.cpu_ranks import cpu_device_map, describe_ranks
+
+
+def test_without_cuda_several_ranks_load_the_model_on_the_cpu():
+    cfg = {"world_size": 2, "device": "cpu", "device_map": {"": 1}}  # what axolotl 0.21 sets for rank 1
+    assert cpu_device_map(cfg) and cfg["device_map"] == {"": "cpu"}
+    assert not cpu_device_map({"world_size": 1, "device": "cpu", "device_map": "auto"})
+    one = {"world_size": 1, "device": "cpu", "device_map": "auto"}
+    cpu_device_map(one)
+    assert one["device_map"] == "auto"  # one rank: axolotl's own choice stays
+
+
+def test_each_rank_says_which_it_is_how_they_are_joined_and_who_pushes():
+    def acc(index, kind, zero=None):
+        plugin = SimpleNamespace(zero_stage=zero) if zero else None
+        return SimpleNamespace(process_index=index, num_processes=2, is_main_process=index == 0, device="cpu",
+                               distributed_type=f"DistributedType.{kind}",
+                               state=SimpleNamespace(deepspeed_plugin=plugin))
+
+    assert describe_ranks(acc(0, "MULTI_CPU")) == ("trainer rank 0 of 2 (MULTI_CPU, cpu): pushes the weights to "
+                                                   "vLLM")
+    assert describe_ranks(acc(1, "DEEPSPEED", zero=2)).startswith("trainer rank 1 of 2 (DEEPSPEED ZeRO-2, cpu): "
+                                                                  "waits for rank 0's pushes")
+
+
+def test_several_ranks_refuse_what_would_hang_or_race(monkeypatch):
+    from grpo_plugin.args import GRPOSettings, check_cross_keys
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"skip_zero_advantage_batches: true with 2 trainer ranks deadlocks"):
+        check_cross_keys({"rl": "grpo", "grpo": {"sync": "restart"}, "trl": {"skip_zero_advantage_batches": True}})
+    with pytest.raises(ValidationError, match=r"ipc_fence: trainer assumes one trainer process"):
+        GRPOSettings(sync="ipc", ipc_fence="trainer")
+    assert GRPOSettings(sync="ipc").ipc_fence == "server"  # the default with several ranks
+    with pytest.raises(ValueError, match=r"`deepspeed:` with 2 trainer ranks on a machine without CUDA"):
+        check_cross_keys({"rl": "grpo", "grpo": {"sync": "restart"}, "deepspeed": "deepspeed_configs/zero2.json"})
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert GRPOSettings(sync="ipc").ipc_fence == "trainer"
+    check_cross_keys({"rl": "grpo", "grpo": {"sync": "restart"}, "trl": {"skip_zero_advantage_batches": True}})
+
+
+def test_the_plugin_turns_zero_advantage_skipping_off_only_for_several_ranks(monkeypatch):
+    from grpo_plugin.plugin import GRPOPlugin
+
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "unset-after")  # register() sets it for several ranks: undone after
+    monkeypatch.delenv("ACCELERATE_USE_CPU")
+    for world, expected in (("2", False), ("1", None)):
+        monkeypatch.setenv("WORLD_SIZE", world)
+        cfg = {"rl": "grpo", "grpo": {"sync": "restart"}}
+        GRPOPlugin().register(cfg)
+        assert cfg["trl"].get("skip_zero_advantage_batches") is expected
