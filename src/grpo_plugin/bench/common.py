@@ -1,16 +1,27 @@
 """What every benchmark shares: ports, scratch directories, the probe prompt, a stand-in optimizer step, percentiles,
-decode throughput, and which host stack a figure was measured on."""
+decode throughput, which host stack a figure was measured on; and the sync-pause and memory (PSS) measurements the
+ipc and several-servers benchmarks both take."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
+import json
 import math
 import shutil
 import socket
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+
+ns = SimpleNamespace
 
 CONCURRENCY = (8, 32, 64)  # sequences decoded at once (a GRPO rollout: prompts x num_generations)
 
@@ -107,3 +118,141 @@ def stack() -> dict:
 
 def stack_line(st: dict) -> str:
     return f"  stack {st['name']}: axolotl {st['axolotl']}, trl {st['trl']}, {st['vllm']}, torch {st['torch']}"
+
+
+# ---- sync pauses and memory, shared by the ipc and several-servers benchmarks -----------------------------
+def pss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_full_info().pss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+def _rollup(pid: int) -> dict:
+    """The trainer's PSS by kind (anonymous = its own memory; shmem = its share of the shared weights)."""
+    out = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("Pss_Anon", "Pss_Shmem", "Pss_File"):
+                out[key.removeprefix("Pss_").lower()] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
+def _tree(pid: int) -> list[int]:
+    root = psutil.Process(pid)
+    return [pid, *(p.pid for p in root.children(recursive=True))]
+
+
+def pause_stats(values: list[float], diffs: list[float]) -> dict:
+
+    return {"median_ms": round(statistics.median(values), 2), "p90_ms": round(pct(values, 0.9), 2),
+            "max_logprob_diff": max(diffs), "verified": all(d <= 1e-4 for d in diffs), "n": len(values)}
+
+
+def trainer_stub(model):
+    return ns(model=model, callbacks=[], add_callback=lambda cb: None,
+              accelerator=ns(unwrap_model=lambda m: m, num_processes=1))
+
+
+def load_model(model_dir: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+
+
+def pause_ipc(client, model_dir: str, repeats: int, fence: str) -> dict:
+    """The write happens inside the fence (as optimizer.step() does); the pause is the fencing time."""
+    from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.ipc import IpcSync
+
+    model = load_model(model_dir)
+    sync = IpcSync(client, fence=fence)
+    sync.prepare(trainer_stub(model))
+    verifier = ProbeVerifier(client, probe_token_ids(model_dir), tolerance=1e-4, mode="ipc")
+    ms, diffs = [], []
+    for i in range(repeats + 1):
+        sync.before_step()
+        perturb(model, seed=i, scale=0.01)
+        sync.after_step()
+        result = sync.push(i)
+        diff, _ = verifier.measure(model, sync.generation_model)
+        if i:
+            ms.append(result.sync_ms)
+            diffs.append(diff)
+    sync.close()
+    del model
+    gc.collect()
+    return pause_stats(ms, diffs)
+
+
+def memory(mode: str, model_dir: str, base_url: str, server_pid: int | str) -> dict:
+    """In a fresh trainer process: attach (ipc) or load + push (restart), 2 AdamW steps with real backward,
+    then the summed PSS of this process and the server's tree. Several servers: comma-separated URLs and pids."""
+    out = subprocess.run([sys.executable, "-m", "grpo_plugin.bench.common", "_memory", mode, model_dir, base_url,
+                          str(server_pid)], capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"memory phase ({mode}) failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: str) -> dict:
+    import os
+
+    import torch
+
+    from grpo_plugin.server.connect import connect
+    from grpo_plugin.sync import ProbeVerifier
+
+    client = connect(base_url.split(","), timeout=600)
+    model = load_model(model_dir)
+    if mode == "ipc":
+        from grpo_plugin.sync.ipc import IpcSync
+
+        sync = IpcSync(client)
+    else:
+        from grpo_plugin.sync.restart import RestartSync
+
+        sync = RestartSync(client, strategy="reload")
+    trainer = trainer_stub(model)
+    sync.prepare(trainer)
+    model = trainer.model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    probe_ids = probe_token_ids(model_dir)
+    ids = torch.tensor([probe_ids * 4])
+    verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode=sync.mode)
+    diffs = []
+    for step in range(2):
+        model(ids, labels=ids).loss.backward()
+        if mode == "ipc":
+            sync.before_step()
+        opt.step()
+        if mode == "ipc":
+            sync.after_step()
+        opt.zero_grad(set_to_none=True)
+        diffs.append(verifier.measure(model, sync.generation_model)[0] if mode == "ipc" else
+                     verifier.verify(model, sync.generation_model, sync.push(step)).logprob_diff)
+    gc.collect()
+    with contextlib.suppress(Exception):  # freed-but-kept heap pages are the allocator's, not the mode's
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    server_pids = [q for pid in str(server_pid).split(",") for q in _tree(int(pid))]
+    trainer_mb, server_mb = pss_mb([os.getpid()]), pss_mb(server_pids)
+    # restart keeps the last pushed checkpoint in its sync dir (tmpfs: RAM that no process maps)
+    storage = getattr(sync, "storage", None)
+    files_mb = sum(f.stat().st_size for f in storage.path.glob("*") if f.is_file()) / 2**20 if storage else 0.0
+    n = sum(p.numel() for p in model.parameters())
+    result = {"trainer_pss_mb": round(trainer_mb, 1), "server_pss_mb": round(server_mb, 1),
+              "sync_files_mb": round(files_mb, 1), "total_pss_mb": round(trainer_mb + server_mb + files_mb, 1),
+              "weights_mb": round(n * 4 / 2**20, 1), "max_logprob_diff": max(diffs),
+              "trainer_pss_by_kind_mb": _rollup(os.getpid())}
+    sync.close()
+    return result
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "_memory":
+        print(json.dumps(_memory_phase(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])))

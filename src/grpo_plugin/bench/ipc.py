@@ -15,20 +15,24 @@ In ONE run, per model size (built locally, fp32, vLLM-CPU, eager):
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import gc
-import json
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import psutil
-
-from grpo_plugin.bench.common import CONCURRENCY, decode, free_port, pct, perturb, probe_token_ids, scratch
+from grpo_plugin.bench.common import (
+    CONCURRENCY,
+    decode,
+    free_port,
+    load_model,
+    memory,
+    pause_ipc,
+    pause_stats,
+    perturb,
+    probe_token_ids,
+    scratch,
+    trainer_stub,
+)
 
 ns = SimpleNamespace
 
@@ -41,79 +45,10 @@ def _server(model_dir: str, tmp: Path, name: str, **spec):
     return launch(spec, tmp / f"vllm-{name}.log", timeout=900, client_timeout=600)
 
 
-def pss_mb(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            total += psutil.Process(pid).memory_full_info().pss
-        except psutil.Error:
-            pass
-    return total / 2**20
-
-
-def _rollup(pid: int) -> dict:
-    """The trainer's PSS by kind (anonymous = its own memory; shmem = its share of the shared weights)."""
-    out = {}
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("Pss_Anon", "Pss_Shmem", "Pss_File"):
-                out[key.removeprefix("Pss_").lower()] = round(int(value.split()[0]) / 1024, 1)
-    return out
-
-
-def _tree(pid: int) -> list[int]:
-    root = psutil.Process(pid)
-    return [pid, *(p.pid for p in root.children(recursive=True))]
-
-
-def _stats(values: list[float], diffs: list[float]) -> dict:
-
-    return {"median_ms": round(statistics.median(values), 2), "p90_ms": round(pct(values, 0.9), 2),
-            "max_logprob_diff": max(diffs), "verified": all(d <= 1e-4 for d in diffs), "n": len(values)}
-
-
-def _trainer(model):
-    return ns(model=model, callbacks=[], add_callback=lambda cb: None,
-              accelerator=ns(unwrap_model=lambda m: m, num_processes=1))
-
-
-def _load(model_dir: str):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-
-
-def pause_ipc(client, model_dir: str, repeats: int, fence: str) -> dict:
-    """The write happens inside the fence (as optimizer.step() does); the pause is the fencing time."""
-    from grpo_plugin.sync import ProbeVerifier
-    from grpo_plugin.sync.ipc import IpcSync
-
-    model = _load(model_dir)
-    sync = IpcSync(client, fence=fence)
-    sync.prepare(_trainer(model))
-    verifier = ProbeVerifier(client, probe_token_ids(model_dir), tolerance=1e-4, mode="ipc")
-    ms, diffs = [], []
-    for i in range(repeats + 1):
-        sync.before_step()
-        perturb(model, seed=i, scale=0.01)
-        sync.after_step()
-        result = sync.push(i)
-        diff, _ = verifier.measure(model, sync.generation_model)
-        if i:
-            ms.append(result.sync_ms)
-            diffs.append(diff)
-    sync.close()
-    del model
-    gc.collect()
-    return _stats(ms, diffs)
-
-
 def pause_push(sync, model, client, model_dir: str, repeats: int, only: str = "") -> dict:
     from grpo_plugin.sync import ProbeVerifier
 
-    sync.prepare(_trainer(model))
+    sync.prepare(trainer_stub(model))
     verifier = ProbeVerifier(client, probe_token_ids(model_dir), tolerance=1e-4, mode=sync.mode)
     ms, diffs = [], []
     for i in range(repeats + 1):
@@ -126,70 +61,7 @@ def pause_push(sync, model, client, model_dir: str, repeats: int, only: str = ""
             ms.append(pause)
             diffs.append(diff)
     sync.close()
-    return _stats(ms, diffs)
-
-
-def memory(mode: str, model_dir: str, base_url: str, server_pid: int | str) -> dict:
-    """In a fresh trainer process: attach (ipc) or load + push (restart), 2 AdamW steps with real backward,
-    then the summed PSS of this process and the server's tree. Several servers: comma-separated URLs and pids."""
-    out = subprocess.run([sys.executable, "-m", "grpo_plugin.bench.ipc", "_memory", mode, model_dir, base_url,
-                          str(server_pid)], capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        raise RuntimeError(f"memory phase ({mode}) failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: str) -> dict:
-    import os
-
-    import torch
-
-    from grpo_plugin.server.connect import connect
-    from grpo_plugin.sync import ProbeVerifier
-
-    client = connect(base_url.split(","), timeout=600)
-    model = _load(model_dir)
-    if mode == "ipc":
-        from grpo_plugin.sync.ipc import IpcSync
-
-        sync = IpcSync(client)
-    else:
-        from grpo_plugin.sync.restart import RestartSync
-
-        sync = RestartSync(client, strategy="reload")
-    trainer = _trainer(model)
-    sync.prepare(trainer)
-    model = trainer.model
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    probe_ids = probe_token_ids(model_dir)
-    ids = torch.tensor([probe_ids * 4])
-    verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode=sync.mode)
-    diffs = []
-    for step in range(2):
-        model(ids, labels=ids).loss.backward()
-        if mode == "ipc":
-            sync.before_step()
-        opt.step()
-        if mode == "ipc":
-            sync.after_step()
-        opt.zero_grad(set_to_none=True)
-        diffs.append(verifier.measure(model, sync.generation_model)[0] if mode == "ipc" else
-                     verifier.verify(model, sync.generation_model, sync.push(step)).logprob_diff)
-    gc.collect()
-    with contextlib.suppress(Exception):  # freed-but-kept heap pages are the allocator's, not the mode's
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    server_pids = [q for pid in str(server_pid).split(",") for q in _tree(int(pid))]
-    trainer_mb, server_mb = pss_mb([os.getpid()]), pss_mb(server_pids)
-    # restart keeps the last pushed checkpoint in its sync dir (tmpfs: RAM that no process maps)
-    storage = getattr(sync, "storage", None)
-    files_mb = sum(f.stat().st_size for f in storage.path.glob("*") if f.is_file()) / 2**20 if storage else 0.0
-    n = sum(p.numel() for p in model.parameters())
-    result = {"trainer_pss_mb": round(trainer_mb, 1), "server_pss_mb": round(server_mb, 1),
-              "sync_files_mb": round(files_mb, 1), "total_pss_mb": round(trainer_mb + server_mb + files_mb, 1),
-              "weights_mb": round(n * 4 / 2**20, 1), "max_logprob_diff": max(diffs),
-              "trainer_pss_by_kind_mb": _rollup(os.getpid())}
-    sync.close()
-    return result
+    return pause_stats(ms, diffs)
 
 
 def run(sizes: list[str], repeats: int, compiled: bool = True) -> dict:
@@ -209,7 +81,7 @@ def run(sizes: list[str], repeats: int, compiled: bool = True) -> dict:
             try:
                 res["memory"]["restart"] = memory("restart", model_dir, client.base_url, server.pid)
                 res["pause"]["restart_reload"] = pause_push(RestartSync(client, strategy="reload"),
-                                                            _load(model_dir), client, model_dir, repeats)
+                                                            load_model(model_dir), client, model_dir, repeats)
                 res["decode_tok_s"]["stock_prepacked"] = decode(client, model_dir)
             finally:
                 server.stop()
@@ -237,7 +109,7 @@ def run(sizes: list[str], repeats: int, compiled: bool = True) -> dict:
             print(f"[bench] {size}: LoRA server (lora_sync r=16)", file=sys.stderr, flush=True)
             server, client = _server(model_dir, tmp, f"{size}-lora", enable_lora=True, max_lora_rank=16)
             try:
-                model = get_peft_model(_load(model_dir), LoraConfig(
+                model = get_peft_model(load_model(model_dir), LoraConfig(
                     r=16, lora_alpha=32, lora_dropout=0.0,
                     target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
                 res["pause"]["lora_sync"] = pause_push(LoraSync(client, adapter_name="bench"), model, client,
@@ -281,7 +153,3 @@ def report(out: dict) -> None:
             print(f"      {k:20s} {figures}")
     sys.stdout.flush()
 
-
-if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "_memory":
-        print(json.dumps(_memory_phase(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])))

@@ -18,8 +18,17 @@ import statistics
 import sys
 import time
 
-from grpo_plugin.bench.common import free_port, pct, perturb, probe_token_ids, scratch
-from grpo_plugin.bench.ipc import _load, _trainer, memory, pause_ipc
+from grpo_plugin.bench.common import (
+    free_port,
+    load_model,
+    memory,
+    pause_ipc,
+    pct,
+    perturb,
+    probe_token_ids,
+    scratch,
+    trainer_stub,
+)
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -60,7 +69,7 @@ def _start(model_dir: str, tmp, name: str, n: int, **spec):
     return servers, clients
 
 
-def _stats(values: list[float]) -> dict:
+def _median_p90(values: list[float]) -> dict:
     return {"median_ms": round(statistics.median(values), 2), "p90_ms": round(pct(values, 0.9), 2), "n": len(values)}
 
 
@@ -78,7 +87,7 @@ def _alternate(syncs: dict, model, verifiers: dict, repeats: int, only: str) -> 
             if i:
                 ms[key].append(pause)
                 diffs[key].append(diff)
-    out = {k: {**_stats(ms[k]), "max_logprob_diff": max(diffs[k]), "verified": all(d <= 1e-4 for d in diffs[k])}
+    out = {k: {**_median_p90(ms[k]), "max_logprob_diff": max(diffs[k]), "verified": all(d <= 1e-4 for d in diffs[k])}
            for k in syncs}
     out["ratio_2_vs_1"] = round(out["2 servers"]["median_ms"] / out["1 server"]["median_ms"], 3)
     return out
@@ -93,7 +102,7 @@ def _one_vs_two(make_sync, model, clients: list, probe: list[int], repeats: int,
     targets = {"1 server": clients[0], "2 servers": group}
     syncs = {k: make_sync(c, "one" if k == "1 server" else "two") for k, c in targets.items()}
     for sync in syncs.values():
-        sync.prepare(_trainer(model))
+        sync.prepare(trainer_stub(model))
     verifiers = {k: ProbeVerifier(c, probe, 1e-4, syncs[k].mode) for k, c in targets.items()}
     try:
         return _alternate(syncs, model, verifiers, repeats, only=only)
@@ -113,7 +122,7 @@ def _pauses(model_dir: str, tmp, repeats: int) -> dict:
     print("[bench] lora_sync: 2 LoRA servers", file=sys.stderr, flush=True)
     servers, clients = _start(model_dir, tmp, "lora", 2, enable_lora=True, max_lora_rank=16, max_loras=4)
     try:
-        model = get_peft_model(_load(model_dir), LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
+        model = get_peft_model(load_model(model_dir), LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
                                                             target_modules=TARGETS))
         out["lora_sync"] = _one_vs_two(lambda c, name: LoraSync(c, adapter_name=name), model, clients, probe,
                                        repeats, only="lora_B")
@@ -123,7 +132,7 @@ def _pauses(model_dir: str, tmp, repeats: int) -> dict:
     print("[bench] restart (reload): 2 full-weight servers", file=sys.stderr, flush=True)
     servers, clients = _start(model_dir, tmp, "full", 2)
     try:
-        out["restart_reload"] = _one_vs_two(lambda c, name: RestartSync(c), _load(model_dir), clients, probe,
+        out["restart_reload"] = _one_vs_two(lambda c, name: RestartSync(c), load_model(model_dir), clients, probe,
                                             repeats, only="")
         print("[bench] memory: restart with 2 servers (each its own copy)", file=sys.stderr, flush=True)
         out["memory_restart_2"] = memory("restart", model_dir, ",".join(c.base_url for c in clients),
