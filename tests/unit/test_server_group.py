@@ -63,7 +63,6 @@ def test_generate_splits_by_whole_prompt_and_returns_in_order():
     assert all(c.token_ids[1] == c.server for g in out for c in g)  # `server` says who sampled it
     out = group.generate([[20]], model="m", n=1)  # the next call starts the remainder on the other server
     assert b.calls[-1] == [20] and out[0][0].server == 1
-    group.close()
 
 
 def test_a_failure_on_one_server_is_raised_naming_it_after_every_server_answered():
@@ -74,7 +73,6 @@ def test_a_failure_on_one_server_is_raised_naming_it_after_every_server_answered
     assert a.calls == ["reset"]  # the healthy server got the call too
     with pytest.raises(ServerError, match="http://b:2"):
         group.generate([[1], [2]], model="m", n=1)
-    group.close()
 
 
 def test_the_group_refuses_one_server_a_duplicate_and_a_single_prompt_logprobs():
@@ -89,7 +87,6 @@ def test_the_group_refuses_one_server_a_duplicate_and_a_single_prompt_logprobs()
     assert replicas_of(group.replicas[0]) == [group.replicas[0]]
     fork = group.fork()
     assert fork.urls == group.urls and fork.replicas[0].session is not group.replicas[0].session
-    group.close()
 
 
 def test_server_summary_counts_rollouts_syncs_and_verdicts_per_server():
@@ -156,7 +153,6 @@ def test_recovery_restarts_only_the_lost_server_and_restores_all():
     assert restored == [1]
     (outage,) = guard.new_outages()
     assert outage["servers"] == ["http://127.0.0.1:9001"] and outage["restarted"]
-    group.close()
 
 
 def test_recovery_of_the_server_whose_ipc_file_others_map_restarts_them_too():
@@ -166,7 +162,6 @@ def test_recovery_of_the_server_whose_ipc_file_others_map_restarts_them_too():
     guard = ServerGuard(group, restore=lambda: None, step=lambda: 1, servers=lambda: procs)
     guard.recover("weight push", "gone", redo=False)
     assert procs[0].events == procs[1].events == ["stop", "restart", "healthy"]
-    group.close()
 
 
 def test_unmanaged_servers_are_waited_for_by_url():
@@ -174,7 +169,6 @@ def test_unmanaged_servers_are_waited_for_by_url():
     guard = ServerGuard(group, restore=lambda: None, step=lambda: 2, servers=lambda: [], wait_timeout_s=0.3)
     with pytest.raises(Exception, match=r"http://127.0.0.1:9001 was lost .* did not come back within 0.3 s"):
         guard.recover("rollout", "gone")
-    group.close()
 
 
 def test_a_second_server_adopts_the_first_servers_file_and_frees_its_own(tmp_path):

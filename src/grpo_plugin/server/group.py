@@ -83,10 +83,9 @@ class ServerGroup:
         return ServerGroup([c.fork() for c in self.replicas])
 
     # -- fan-out --------------------------------------------------------------------------------
-    def each(self, call: Callable[[VLLMServerClient], Any], clients: list | None = None) -> list[Any]:
+    def each(self, call: Callable[[VLLMServerClient], Any]) -> list[Any]:
         """`call(client)` on every server in parallel; the results in server order."""
-        clients = self.replicas if clients is None else clients
-        return self._run([(c, functools.partial(call, c)) for c in clients])
+        return self._run([(c, functools.partial(call, c)) for c in self.replicas])
 
     @staticmethod
     def _run(jobs: list[tuple[VLLMServerClient, Callable[[], Any]]]) -> list[Any]:
@@ -119,10 +118,6 @@ class ServerGroup:
     # -- health / models ------------------------------------------------------------------------
     def healthy(self) -> bool:
         return all(self.each(lambda c: c.healthy()))
-
-    def unhealthy(self) -> list[int]:
-        """Indexes of the servers that do not answer /health."""
-        return [i for i, ok in enumerate(self.each(lambda c: c.healthy())) if not ok]
 
     def models(self) -> list[str]:
         return self._same("the models they serve", [sorted(m) for m in self.each(lambda c: c.models())])
@@ -181,10 +176,3 @@ class ServerGroup:
         """Every worker of every server: one result per worker, server after server."""
         per_server = self.each(lambda c: c.collective_rpc(method, kwargs, timeout=timeout))
         return [r for results in per_server for r in results]
-
-    def collective_rpc_per_server(self, method: str, kwargs: dict[str, Any] | None = None,
-                                  timeout: float | None = None) -> list[list[Any]]:
-        return self.each(lambda c: c.collective_rpc(method, kwargs, timeout=timeout))
-
-    def close(self) -> None:
-        """Nothing to release (a thread per call)."""
