@@ -275,6 +275,9 @@ def test_server_urls_and_num_servers_say_how_many_servers_and_where():
     assert urls.servers == 2 and server_urls(args, urls) == ["http://node1:8000", "http://node2:8000"]
     based = SimpleNamespace(vllm_server_base_url="http://h:9000", vllm_server_host=None, vllm_server_port=None)
     assert server_urls(based, GRPOSettings(num_servers=2)) == ["http://h:9000", "http://h:9001"]
+    portless = SimpleNamespace(vllm_server_base_url="http://h", vllm_server_host=None, vllm_server_port=None)
+    with pytest.raises(ValueError, match="has no port"):
+        server_urls(portless, GRPOSettings(num_servers=2))
 
 
 def test_core_slices_give_each_server_its_own_cores():

@@ -23,6 +23,10 @@ def server_urls(args, settings) -> list[str]:
         if settings.num_servers == 1:
             return [first]
         parsed = urlparse(first)
+        if parsed.port is None:
+            raise ValueError(f"trl.vllm_server_base_url {first!r} has no port, so grpo.num_servers: "
+                             f"{settings.num_servers} cannot count ports from it. Add the port, or list the servers "
+                             "in grpo.server_urls.")
         return [parsed._replace(netloc=f"{parsed.hostname}:{parsed.port + i}").geturl()
                 for i in range(settings.num_servers)]
     host = args.vllm_server_host or "127.0.0.1"
