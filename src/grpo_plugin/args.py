@@ -291,13 +291,19 @@ class GRPOSettings(BaseModel):
     @property
     def servers(self) -> int:
         """How many vLLM servers the trainer uses."""
-        return len(self.server_urls) if self.server_urls else self.num_servers
+        return server_count(self)
 
 
 def _get(data: Any, key: str) -> Any:
     if isinstance(data, dict):
         return data.get(key)
     return getattr(data, key, None)
+
+
+def server_count(grpo: Any) -> int:
+    """How many vLLM servers a `grpo:` block (dict or settings) names: its server_urls, else num_servers."""
+    urls = _get(grpo, "server_urls")
+    return len(urls) if urls else int(_get(grpo, "num_servers") or 1)
 
 
 def check_cross_keys(data: dict) -> None:
@@ -406,8 +412,7 @@ def _check_ipc(data: dict) -> None:
                         f"{IPC_CUDA_ENV}=1 (every step is still verified by the post-sync probe; docs/modes.md), or "
                         "use grpo.sync: restart (full fine-tuning) or lora_sync on GPUs.")
 
-    grpo = data.get("grpo")
-    servers = len(_get(grpo, "server_urls") or []) or int(_get(grpo, "num_servers") or 1)
+    servers = server_count(data.get("grpo"))
     if servers > 1 and cuda_available():
         problems.append(f"{servers} servers: on CUDA ipc shares one GPU's weights with one server (several servers "
                         "mapping one GPU copy is built only for vLLM-CPU). Use one server, or grpo.sync: restart / "

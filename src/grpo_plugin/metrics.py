@@ -97,9 +97,9 @@ def server_summary(records: Sequence[dict], urls: Sequence[str], tolerance: floa
     """Per server (pure): completions it sampled, syncs it took part in (every sync goes to every server) and
     how many of them its own probe verified within `tolerance` (None: verification was off)."""
     syncs = [r for r in records if r.get("sync_logprob_diff") is not None or r.get("sync_ms")]
+    rows = [r.get("server_rows") for r in records]
     out = []
     for i, url in enumerate(urls):
-        rows = [r.get("server_rows") for r in records]
         diffs = [(r.get("sync_server_diffs") or [])[i:i + 1] for r in syncs]
         out.append({
             "url": url,

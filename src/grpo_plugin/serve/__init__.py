@@ -42,8 +42,7 @@ def main(script_args) -> None:
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
     try:
-        cfg_one = cfg if not grpo.get("server_urls") else {**cfg, "grpo": {**grpo, "num_servers": 1}}
-        servers.extend(start_servers(cfg_one, **overrides))
+        servers.extend(start_servers(cfg, **overrides))  # with server_urls, num_servers is 1 (args.py)
     except ServerStartError as exc:
         print(f"[grpo_plugin] ERROR: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None

@@ -14,11 +14,6 @@ from grpo_plugin.server.process import VLLMServerProcess, start_servers
 _SERVERS: list[VLLMServerProcess] = []
 
 
-def current() -> VLLMServerProcess | None:
-    """The first managed server (None: the trainer manages none)."""
-    return _SERVERS[0] if _SERVERS else None
-
-
 def servers() -> list[VLLMServerProcess]:
     """Every managed server, in port order (empty: the trainer manages none)."""
     return list(_SERVERS)
@@ -40,9 +35,9 @@ def start(cfg) -> VLLMServerProcess:
         return _SERVERS[0]
     started = start_servers(cfg, log_path=lambda i: log_path(cfg, i))
     _SERVERS.extend(started)
-    for i, server in enumerate(started):
+    for server in started:
         print(f"[grpo_plugin] started managed vLLM server pid {server.pid} on {server.spec.base_url} "
-              f"(log: {log_path(cfg, i)})", file=sys.stderr, flush=True)
+              f"(log: {server.log_path})", file=sys.stderr, flush=True)
     atexit.register(stop)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         prev = signal.getsignal(sig)

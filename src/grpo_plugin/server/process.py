@@ -411,13 +411,6 @@ def launch(spec: ServerSpec, log_path: str | Path | None = None, timeout: float 
     return server, client
 
 
-def server_count(cfg) -> int:
-    """How many servers the config's trainer uses (`grpo.num_servers`, or the length of `grpo.server_urls`)."""
-    grpo = cfg.get("grpo") or {}
-    urls = grpo.get("server_urls")
-    return len(urls) if urls else int(grpo.get("num_servers") or 1)
-
-
 def device_slices(visible: list[str], n: int, per_server: int) -> list[str]:
     """The GPUs of each of `n` servers of `per_server` GPUs (tensor_parallel_size) from the visible ones, in order:
     server i gets GPUs i*per_server ... (i+1)*per_server - 1. Too few GPUs is an error saying how many it needs."""

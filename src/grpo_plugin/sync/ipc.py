@@ -178,10 +178,10 @@ class IpcSync:
             self.transport.close()
         self.transport = transport
         self.client.reset_prefix_cache()
+        others = len(replicas_of(self.client)) - 1
         print(f"[grpo_plugin] ipc: {len(params)} parameters attached to {transport.describe()} "
               f"({copied / 2**20:.1f} MiB shared with vLLM worker pid {manifest['pid']}"
-              + (f" and {len(replicas_of(self.client)) - 1} more server(s) mapping the same file"
-                 if len(replicas_of(self.client)) > 1 else "")
+              + (f" and {others} more server(s) mapping the same file" if others else "")
               + "); the trainer holds no copy of its own", file=sys.stderr, flush=True)
 
     def orphaned(self) -> str | None:
@@ -198,15 +198,14 @@ class IpcSync:
                 if n in self._views and p.data_ptr() != self._views[n]]
 
     def ensure_attached(self) -> None:
-        moved = [] if self.orphaned() else self.detached()
-        if moved:
-            LOG.warning("grpo_plugin: ipc: %d of the trainer's parameters were moved off the shared copy (e.g. %s; "
-                        "a device move copies them); putting them back, with their current values", len(moved),
-                        moved[0])
-            self._attach(self.manifest, initial=False)
-            return
         why = self.orphaned()
         if why is None:
+            moved = self.detached()
+            if moved:
+                LOG.warning("grpo_plugin: ipc: %d of the trainer's parameters were moved off the shared copy (e.g. "
+                            "%s; a device move copies them); putting them back, with their current values",
+                            len(moved), moved[0])
+                self._attach(self.manifest, initial=False)
             return
         LOG.warning("grpo_plugin: ipc: the vLLM server was restarted (%s); re-attaching to the new server",
                     why)
