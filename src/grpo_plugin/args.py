@@ -330,24 +330,11 @@ def check_cross_keys(data: dict) -> None:
         _check_ipc(data)
     if _get(grpo, "atropos") is not None:
         _check_atropos(data, _get(grpo, "atropos"))
-    ranks = int(os.environ.get("WORLD_SIZE", "1"))
-    if ranks > 1 and data.get("deepspeed"):
-        from grpo_plugin.server.process import cuda_available
-
-        if not cuda_available():
-            raise ValueError(
-                f"`deepspeed:` with {ranks} trainer ranks on a machine without CUDA does not run through axolotl "
-                "0.21 / accelerate 1.15 (measured: with accelerate's CPU switch DeepSpeed is silently dropped and "
-                "the ranks run as DDP; without it DeepSpeed fails its batch check, train_batch_size 16 != 16 * 1 * 2). "
-                "Remove `deepspeed:` to run the ranks as DDP on CPU (every grpo.sync mode works so); DeepSpeed "
-                "ZeRO-1/2 is for GPU machines (docs/scaling.md).")
-    sharded = _sharded_trainer(data)
-    if sharded:
+    if _uses_fsdp(data):
         raise ValueError(
-            f"grpo.sync: {sync} reads the trained weights from rank 0's full copy, but {sharded} shards them "
-            "across ranks; that is not supported yet. Use DDP or DeepSpeed ZeRO-1/2 "
-            "(deepspeed_configs/zero2.json, or zero2_cpuoffload.json to move optimizer states to CPU)."
-        )
+            f"grpo.sync: {sync} with FSDP (`fsdp` / `fsdp_config`): not supported yet (a push would read rank 0's "
+            "shard only). Use DeepSpeed ZeRO-3 (deepspeed_configs/zero3.json: every push gathers the weights on all "
+            "ranks, docs/scaling.md), ZeRO-1/2 or DDP.")
     trl = data.get("trl") or {}
     if isinstance(trl, dict):
         if trl.get("use_vllm") is False:
@@ -425,8 +412,10 @@ def _check_ipc(data: dict) -> None:
         problems.append(f"`vllm.dtype: {have}` but the trainer trains in {want}: one shared copy has one dtype. "
                         "Remove vllm.dtype (the plugin passes the trainer's dtype) or change the precision keys.")
     if data.get("deepspeed") or _uses_fsdp(data):
-        problems.append("`deepspeed` / `fsdp`: they flatten, shard or copy the parameters, which would detach the "
-                        "trainer from the shared copy. Remove them (ipc runs one trainer process).")
+        problems.append("`deepspeed` / `fsdp`: ipc needs the trainer's parameters to stay views of the ONE shared "
+                        "copy; DeepSpeed flattens them (ZeRO-1/2) or splits them across ranks (ZeRO-3), FSDP shards "
+                        "them — a gathered copy would be the second copy ipc exists to avoid. Remove them: ipc runs "
+                        "one process or DDP ranks (docs/scaling.md); for ZeRO-3 use restart or lora_sync.")
     if problems:
         raise ValueError("grpo.sync: ipc cannot be used with this config:\n  - " + "\n  - ".join(problems))
 
@@ -486,27 +475,6 @@ def _check_atropos(data: dict, atropos) -> None:
 
 def _uses_fsdp(data: dict) -> bool:
     return bool(data.get("fsdp") or data.get("fsdp_config") or data.get("fsdp_version"))
-
-
-def _sharded_trainer(data: dict) -> str | None:
-    """'DeepSpeed ZeRO-3 (<file>)' / 'FSDP' if the trainer shards its parameters, else None."""
-    if _uses_fsdp(data):
-        return "FSDP (`fsdp` / `fsdp_config`)"
-    ds = data.get("deepspeed")
-    if not ds:
-        return None
-    if isinstance(ds, dict):
-        conf = ds
-    else:
-        import json
-        from pathlib import Path
-
-        try:
-            conf = json.loads(Path(str(ds)).read_text())
-        except (OSError, ValueError):
-            return None  # axolotl reports a missing or broken file itself
-    stage = (conf.get("zero_optimization") or {}).get("stage")
-    return f"DeepSpeed ZeRO-3 (`deepspeed: {ds}`)" if str(stage) == "3" else None
 
 
 class GRPOPluginArgs(BaseModel):

@@ -27,7 +27,8 @@ class GRPOPlugin(BasePlugin):
         from grpo_plugin.compat.host import check_host_versions
 
         check_host_versions()
-        allow_cpu_ranks()  # several trainer ranks on a machine without CUDA (compat/cpu_ranks.py)
+        # several trainer ranks on a machine without CUDA, as DDP or DeepSpeed (compat/cpu_ranks.py)
+        allow_cpu_ranks(deepspeed=bool(cfg.get("deepspeed")))
         if cfg.get("grpo") is None:
             cfg["grpo"] = {}
         if cfg.get("trainer_cls") not in (None, TRAINER_CLS):

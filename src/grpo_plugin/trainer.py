@@ -52,6 +52,7 @@ from grpo_plugin.server.recovery import ServerGuard, ServerUnrecoverable
 from grpo_plugin.sync import DeferredVerifier, ProbeVerifier, SyncResult, build_weight_sync
 from grpo_plugin.sync.base import SyncError
 from grpo_plugin.sync.gate import PolicyGate
+from grpo_plugin.sync.ranks import for_accelerator as ranks_for
 
 LAG_WAIT_S = 1800.0  # longest a rollout waits for the version grpo.max_policy_lag needs (a push that never comes)
 
@@ -114,6 +115,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         wait_for_servers(self.vllm_server, self.grpo.server_timeout)
         # before prepare(): a pending verification is finished before ipc's fence takes the gate for the step
         self.add_callback(_FinishVerification(self))
+        self.ranks = ranks_for(self.accelerator)  # who reads the weights for a push (sync/ranks.py)
         self.weight_sync.prepare(self)
         probe_ids = tok(self.grpo.probe_text, add_special_tokens=False)["input_ids"]
         unwrapped = self.accelerator.unwrap_model(self.model)
@@ -125,7 +127,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
                                (loaded_cfg().get("vllm") or {}).get("max_model_len")) if x]
         max_len = min(lengths) if lengths else None
         self.verifier = ProbeVerifier(self.vllm_server, probe_ids, self.verify_tolerance, self.weight_sync.mode,
-                                      max_len=max_len,
+                                      max_len=max_len, forward=self.ranks.logprobs,
                                       context=lambda: getattr(self.weight_sync, "verify_context", ""))
         self.deferred = DeferredVerifier(self.verifier, self.policy_gate)
         self.metrics_writer = (
@@ -188,9 +190,12 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             return
         result = None
         if self.accelerator.is_main_process:  # one push per sync, whatever the number of ranks
-            self._finish_verification()  # (normally done already, before the last optimizer step)
-            # a server lost during the push is brought back by the guard, whose restore IS this push
-            result = self.guard.run("weight push", lambda: self._sync_now(step, last), redo=False)
+            with self.ranks.leading():  # sharded weights: the other ranks join each gather and probe forward
+                self._finish_verification()  # (normally done already, before the last optimizer step)
+                # a server lost during the push is brought back by the guard, whose restore IS this push
+                result = self.guard.run("weight push", lambda: self._sync_now(step, last), redo=False)
+        else:
+            self.ranks.follow(self.accelerator.unwrap_model(self.model))
         # no rank generates before the push is done and verified; every rank's producer then samples with the
         # model name rank 0's push serves (a push already published it inside its write on rank 0)
         served = self.weight_sync.generation_model if self.accelerator.is_main_process else None
@@ -210,7 +215,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         if result is None:
             # generation overlapped with training: the probe's server half too. Synchronous runs keep it before
             # the rollout: their rollouts are then reproducible (the probe never shares a batch with one)
-            defer = bool(self.args.async_prefetch) or self.grpo.atropos is not None
+            # (sharded weights: the probe's forward needs every rank, so it runs inside the sync)
+            defer = (bool(self.args.async_prefetch) or self.grpo.atropos is not None) and not self.ranks.sharded
             result = self._push(step, verify=self.grpo.verify_sync, defer=defer)
         if self.grpo.atropos is not None and not result.pushed:
             # verified, not pushed: the server already computes with these weights; a push announces its
@@ -235,7 +241,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         version, verify it: now, or (`defer`) with the server's half in the background while generation goes on
         (sync/verify.py), finished by `_finish_verification`."""
         with self.policy_gate.writing(self.weight_sync.writes_in_place):
-            result = self.weight_sync.push(step)
+            with self.ranks.gathered(self.accelerator.unwrap_model(self.model), self.weight_sync.reads):
+                result = self.weight_sync.push(step)
             self.policy_gate.publish(step, self.weight_sync.generation_model)
         if verify and defer:
             self.deferred.start(result)

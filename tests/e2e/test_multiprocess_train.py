@@ -2,11 +2,13 @@
 the launch line of the multi-GPU recipes. The ranks are joined for real (gloo, accelerate's MULTI_CPU: DDP) — each
 rank says so in its own log line (compat/cpu_ranks.py makes this reachable on a machine without CUDA; before, both
 ranks died in axolotl's CUDA peer-to-peer check, and with that fixed each rank believed it was alone and both
-pushed). DeepSpeed with several CPU ranks does not run through axolotl 0.21 and is refused, saying why.
+pushed; DeepSpeed was dropped silently or failed its batch check).
 
-Only rank 0 pushes and verifies; every rank waits for its push and samples with the model name it broadcasts
-(trainer.py). lora_sync and restart run on the session servers as `axolotl vllm-serve` would start them (no server
-start of their own); ipc needs its own server (its weights are written in place)."""
+DDP: only rank 0 pushes and verifies; every rank waits for its push and samples with the model name it broadcasts
+(trainer.py). DeepSpeed ZeRO-3: each rank holds a part of every weight; every rank joins the push's gather and the
+probe's forward pass, rank 0 writes and verifies (sync/ranks.py). lora_sync and restart run on the session servers
+as `axolotl vllm-serve` would start them (no server start of their own); ipc needs its own server (its weights are
+written in place)."""
 
 from __future__ import annotations
 
@@ -33,9 +35,10 @@ def _two_ranks(path: Path) -> str:
     return log
 
 
-def _assert_two_ranks_trained_verified(log: str, cfg: dict, steps: int, joined: str) -> dict:
+def _assert_two_ranks_trained_verified(log: str, cfg: dict, steps: int, joined: str,
+                                      roles=("pushes", "waits")) -> dict:
     ranks = re.findall(r"trainer rank (\d) of 2 \(([A-Z_]+(?: ZeRO-\d)?), cpu[^)]*\): (\w+)", log)
-    assert sorted(ranks) == [("0", joined, "pushes"), ("1", joined, "waits")], ranks
+    assert sorted(ranks) == [("0", joined, roles[0]), ("1", joined, roles[1])], ranks
     recs = [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == list(range(1, steps + 1))  # rank 0 records every step once
     synced = [r for r in recs if r["sync_logprob_diff"] is not None]
@@ -64,17 +67,41 @@ def test_two_ranks_ddp_restart(tmp_path, tiny_model_dir, tiny_data_file, full_we
     assert s["num_syncs"] == steps
 
 
-def test_deepspeed_with_two_cpu_ranks_is_refused_saying_why(tmp_path, tiny_model_dir, tiny_data_file):
-    """Found by running it (compat/cpu_ranks.py): DeepSpeed was silently dropped, or failed its batch check."""
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml", max_steps=2,
-                           micro_batch_size=16, deepspeed=str(ROOT / "deepspeed_configs" / "zero2.json"))
-    proc = subprocess.run([str(BIN / "axolotl"), "train", str(path), "--launcher", "accelerate", "--",
-                           "--multi_gpu", "--num_processes", "2"], cwd=ROOT, env=env(), text=True,
-                          capture_output=True, timeout=600)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "`deepspeed:` with 2 trainer ranks on a machine without CUDA" in log, log[-4000:]
-    assert "started managed vLLM server" not in log  # refused before anything started
+def _zero3_gathered(log: str, tensors: int) -> tuple[int, int]:
+    """The push's gather, as rank 0 reports it once: (elements gathered, elements rank 0 holds between pushes)."""
+    m = re.search(r"ZeRO-3: each push gathers (\d+) tensors, ([\d,]+) elements \(rank 0 holds ([\d,]+) of them", log)
+    assert m, log[-4000:]
+    assert int(m.group(1)) == tensors
+    return int(m.group(2).replace(",", "")), int(m.group(3).replace(",", ""))
+
+
+def test_two_ranks_zero3_lora_sync(tmp_path, tiny_model_dir, tiny_data_file, vllm_server, cache_env):
+    """DeepSpeed ZeRO-3 with 2 CPU ranks: the adapter is partitioned; each push gathers it on both ranks."""
+    steps = 6
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "scale/quickstart_2ranks_zero3_lora_sync.yaml",
+                           server=vllm_server, max_steps=steps, deepspeed=str(ROOT / "deepspeed_configs/zero3.json"))
+    log = _two_ranks(path)
+    s = _assert_two_ranks_trained_verified(log, cfg, steps, "DEEPSPEED ZeRO-3", roles=("gathers", "joins"))
+    assert s["num_syncs"] == steps and s["optimizer"] == "DeepSpeedZeroOptimizer_Stage3", s
+    lora_tensors = 2 * 7 * 2  # A and B for 7 target modules in each of the tiny model's 2 layers
+    full, held = _zero3_gathered(log, lora_tensors)
+    assert held <= full // 2 + lora_tensors, (full, held)  # rank 0 holds half of each tensor (rounded up)
+
+
+def test_two_ranks_zero3_restart(tmp_path, tiny_model_dir, tiny_data_file, full_weight_server, cache_env):
+    """Full fine-tuning under ZeRO-3: every weight is gathered on both ranks for each push; vLLM reloads it."""
+    steps = 6
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "scale/quickstart_2ranks_zero3_restart.yaml",
+                           server=full_weight_server, max_steps=steps,
+                           deepspeed=str(ROOT / "deepspeed_configs/zero3.json"))
+    log = _two_ranks(path)
+    s = _assert_two_ranks_trained_verified(log, cfg, steps, "DEEPSPEED ZeRO-3", roles=("gathers", "joins"))
+    assert s["num_syncs"] == steps and s["optimizer"] == "DeepSpeedZeroOptimizer_Stage3", s
+    from transformers import AutoModelForCausalLM
+
+    params = list(AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).parameters())  # tied weights once
+    full, held = _zero3_gathered(log, len(params))
+    assert full == sum(p.numel() for p in params) and held < full * 0.6, (full, held)
 
 
 def test_two_ranks_ddp_ipc_with_a_managed_server(tmp_path, tiny_model_dir, tiny_data_file, cache_env):

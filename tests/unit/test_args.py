@@ -122,7 +122,7 @@ def _ipc(c: dict, vllm: dict | None = None, grpo: dict | None = None, **top) -> 
         (lambda c: _ipc(c, gptq=True),
          "quantized base weights cannot be trained in place"),
         (lambda c: _ipc(c, deepspeed=str(ROOT / "deepspeed_configs/zero2.json")),
-         "would detach the trainer from the shared copy"),
+         "a gathered copy would be the second copy ipc exists to avoid"),
         (lambda c: c["grpo"].update(ipc_fence="server"), "grpo.ipc_fence only applies to `grpo.sync: ipc`"),
         (lambda c: _ipc(c, grpo={"ipc_fence": "nccl"}), "'trainer' or 'server'"),
         (lambda c: c["grpo"].update(sync="restart"), "remove `adapter:`"),

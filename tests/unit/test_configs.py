@@ -142,17 +142,24 @@ def test_deepspeed_config_parses(path):
 
 
 @pytest.mark.parametrize("path", [p for p in DS_CONFIGS if p.name.startswith("zero3")], ids=lambda p: p.name)
-def test_zero3_is_refused_with_the_reason(path, load):
+def test_zero3_runs_lora_sync_and_restart_and_refuses_ipc_saying_why(path, load):
+    """Under ZeRO-3 every push gathers the weights (sync/ranks.py); ipc has no full copy to share."""
     raw = yaml.safe_load((ROOT / "configs/gsm8k/qwen2.5-7b-lora_sync-8gpu.yaml").read_text())
     raw["deepspeed"] = str(path.relative_to(ROOT))
-    with pytest.raises(ValidationError, match=r"DeepSpeed ZeRO-3 .* shards them.*zero2.json"):
+    assert load(raw).grpo.sync == "lora_sync"
+    raw = yaml.safe_load((ROOT / "configs/gsm8k/qwen2.5-1.5b-restart-2gpu.yaml").read_text())
+    raw["deepspeed"] = str(path.relative_to(ROOT))
+    assert load(raw).grpo.sync == "restart"
+    raw = yaml.safe_load((ROOT / "configs/quickstart_ipc.yaml").read_text())
+    raw["deepspeed"] = str(path.relative_to(ROOT))
+    with pytest.raises(ValidationError, match=r"ipc needs the trainer's parameters .* for ZeRO-3 use restart"):
         load(raw)
 
 
 def test_fsdp_is_refused_with_the_reason(load):
     raw = yaml.safe_load((ROOT / "configs/gsm8k/qwen2.5-1.5b-restart-2gpu.yaml").read_text())
     raw["fsdp_config"] = {"fsdp_version": 2}
-    with pytest.raises(ValidationError, match=r"FSDP .* not supported yet"):
+    with pytest.raises(ValidationError, match=r"FSDP .* not supported yet.*zero3.json"):
         load(raw)
 
 

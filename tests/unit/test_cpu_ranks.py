@@ -31,6 +31,35 @@ def test_each_rank_says_which_it_is_how_they_are_joined_and_who_pushes():
                                                    "vLLM")
     assert describe_ranks(acc(1, "DEEPSPEED", zero=2)).startswith("trainer rank 1 of 2 (DEEPSPEED ZeRO-2, cpu): "
                                                                   "waits for rank 0's pushes")
+    assert describe_ranks(acc(1, "DEEPSPEED", zero=3)) == ("trainer rank 1 of 2 (DEEPSPEED ZeRO-3, cpu): joins rank "
+                                                           "0's gathers and probe passes")
+    assert describe_ranks(acc(0, "DEEPSPEED", zero=3)).endswith("gathers the weights with the other ranks, pushes "
+                                                                "them to vLLM")
+
+
+def test_deepspeed_ranks_without_cuda_get_gloo_not_a_silent_single_process(monkeypatch):
+    """accelerate picked no backend for a CPU rank and counted one process while DeepSpeed counted two (its batch
+    check failed); with ACCELERATE_USE_CPU it dropped DeepSpeed. The plugin's answer: gloo, MULTI_CPU."""
+    import torch
+    from accelerate.state import DistributedType, PartialState
+
+    from grpo_plugin.compat.cpu_ranks import allow_cpu_ranks
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(PartialState, "_prepare_backend", PartialState._prepare_backend)  # undone after
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    state = object.__new__(PartialState)
+    assert PartialState._prepare_backend(state, False) == (None, DistributedType.NO)  # accelerate's own answer
+    allow_cpu_ranks(deepspeed=True)
+    allow_cpu_ranks(deepspeed=True)  # twice: wrapped once
+    assert PartialState._prepare_backend(state, False) == ("gloo", DistributedType.MULTI_CPU)
+    assert "ACCELERATE_USE_CPU" not in __import__("os").environ  # it would drop DeepSpeed
+    assert __import__("os").environ["DS_ACCELERATOR"] == "cpu"
+    monkeypatch.delenv("LOCAL_RANK")
+    assert PartialState._prepare_backend(state, False) == (None, DistributedType.NO)  # not a launched rank
 
 
 def test_several_ranks_refuse_what_would_hang_or_race(monkeypatch):
@@ -42,8 +71,7 @@ def test_several_ranks_refuse_what_would_hang_or_race(monkeypatch):
     with pytest.raises(ValidationError, match=r"ipc_fence: trainer assumes one trainer process"):
         GRPOSettings(sync="ipc", ipc_fence="trainer")
     assert GRPOSettings(sync="ipc").ipc_fence == "server"  # the default with several ranks
-    with pytest.raises(ValueError, match=r"`deepspeed:` with 2 trainer ranks on a machine without CUDA"):
-        check_cross_keys({"rl": "grpo", "grpo": {"sync": "restart"}, "deepspeed": "deepspeed_configs/zero2.json"})
+    check_cross_keys({"rl": "grpo", "grpo": {"sync": "restart"}, "deepspeed": "deepspeed_configs/zero2.json"})
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert GRPOSettings(sync="ipc").ipc_fence == "trainer"
     check_cross_keys({"rl": "grpo", "grpo": {"sync": "restart"}, "trl": {"skip_zero_advantage_batches": True}})

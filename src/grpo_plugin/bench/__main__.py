@@ -12,6 +12,8 @@ ONE run on the same machine:
     python -m grpo_plugin.bench code [--problems 16] [--group 8] [--json]                       (bench/code.py)
     python -m grpo_plugin.bench qlora [--size 100m] [--steps 3] [--json]                        (bench/qlora.py)
     python -m grpo_plugin.bench servers [--size 100m] [--repeats 10] [--json]                   (bench/servers.py)
+    python -m grpo_plugin.bench zero3 [--size 100m] [--repeats 10] [--json]                     (bench/zero3.py)
+    python -m grpo_plugin.bench zero3 --cuda [--size 100m] [--json]                         (bench/zero3_cuda.py)
 """
 
 from __future__ import annotations
@@ -70,6 +72,11 @@ def main(argv: list[str] | None = None) -> None:
     v.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
     v.add_argument("--repeats", type=int, default=10, help="pushes per sync")
     v.add_argument("--json", action="store_true", help="print one JSON object")
+    z = sub.add_parser("zero3", help="restart push under DeepSpeed ZeRO-3 (2 CPU ranks: gather + push) vs unsharded")
+    z.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
+    z.add_argument("--repeats", type=int, default=10, help="pushes per trainer layout")
+    z.add_argument("--cuda", action="store_true", help="one CUDA rank: gather exactness and time (no server)")
+    z.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     bench = _module(args)
     # libraries print banners on stdout when imported (deepspeed's accelerator line): stdout is the report's
@@ -86,8 +93,8 @@ def _module(args):
     import importlib
 
     name = args.cmd if args.cmd != "sync" else ("restart" if args.mode == "restart" else "lora")
-    if args.cmd == "ipc" and args.cuda:
-        name = "ipc_cuda"
+    if args.cmd in ("ipc", "zero3") and args.cuda:
+        name = f"{args.cmd}_cuda"
     return importlib.import_module(f"grpo_plugin.bench.{name}")
 
 
@@ -96,7 +103,9 @@ def _run(bench, args) -> dict:
         return bench.run(args.problems, args.group)
     if args.cmd == "qlora":
         return bench.run(args.size, args.steps)
-    if args.cmd == "servers":
+    if args.cmd == "zero3" and args.cuda:
+        return bench.run(args.size)
+    if args.cmd in ("servers", "zero3"):
         return bench.run(args.size, args.repeats)
     if args.cmd == "e2e":
         return bench.run(args.size, args.steps, [x for x in args.modes.split(",") if x], args.completion_len,

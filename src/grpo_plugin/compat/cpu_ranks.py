@@ -19,10 +19,12 @@ The third: accelerate decides a run is distributed by its CUDA devices; without 
 process_index 0 and num_processes 1 in both ranks — both pushed the same adapter version). accelerate's own
 switch for CPU ranks, ACCELERATE_USE_CPU, makes them one MULTI_CPU (gloo) run; it is set when WORLD_SIZE > 1.
 
-DeepSpeed with several CPU ranks stays out of reach: with ACCELERATE_USE_CPU accelerate silently drops DeepSpeed
-(the ranks ran as plain DDP), and without it DeepSpeed starts (its CPU accelerator, gloo) but fails its batch check
-(`train_batch_size 16 != 16 * 1 * 2`: the trainer computed its batch for one process). args.py refuses that
-combination on a machine without CUDA, naming both measurements.
+The fourth, for DeepSpeed: with ACCELERATE_USE_CPU accelerate silently drops DeepSpeed (measured: the ranks ran
+as plain DDP), and without it accelerate picks NO backend for a rank without CUDA while DeepSpeed starts its own
+(its CPU accelerator, gloo): the trainer then computed its batch for one process and DeepSpeed's batch check failed
+(`train_batch_size 16 != 16 * 1 * 2`). With a `deepspeed:` config the plugin leaves ACCELERATE_USE_CPU unset, sets
+DS_ACCELERATOR=cpu, and makes accelerate's backend choice answer gloo (MULTI_CPU) where it found none: accelerate
+then counts the ranks DeepSpeed counts and turns the run into DEEPSPEED on `cpu` (measured: ZeRO-3, 2 ranks).
 """
 
 from __future__ import annotations
@@ -34,14 +36,19 @@ def _no_cuda_peers() -> bool:
     return True
 
 
-def allow_cpu_ranks() -> bool:
-    """Install the CPU answer when this machine has no CUDA; True if it was installed."""
+def allow_cpu_ranks(deepspeed: bool = False) -> bool:
+    """Install the CPU answer when this machine has no CUDA; True if it was installed. `deepspeed`: the config
+    names a DeepSpeed config (the ranks then run as DeepSpeed on its CPU accelerator, not as DDP)."""
     import torch
 
     if torch.cuda.is_available():
         return False
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        os.environ.setdefault("ACCELERATE_USE_CPU", "true")
+        if deepspeed:
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+            _gloo_without_cuda()
+        else:
+            os.environ.setdefault("ACCELERATE_USE_CPU", "true")
     try:
         import axolotl.utils.trainer as trainer_utils
     except ImportError:  # not under axolotl
@@ -65,6 +72,25 @@ def allow_cpu_ranks() -> bool:
     return True
 
 
+def _gloo_without_cuda() -> None:
+    """accelerate picks a backend by device; with LOCAL_RANK set and no CUDA it picks none, and a DeepSpeed run
+    then counts one process while DeepSpeed counts them all. Without CUDA the answer is gloo, as for CPU ranks."""
+    from accelerate.state import DistributedType, PartialState
+
+    original = PartialState._prepare_backend
+    if getattr(original, "_grpo_cpu_ranks", False):
+        return
+
+    def _prepare_backend(self, cpu=False, sagemaker_dp=False, backend=None):
+        chosen, kind = original(self, cpu, sagemaker_dp, backend)
+        if chosen is None and kind == DistributedType.NO and int(os.environ.get("LOCAL_RANK", -1)) != -1:
+            return "gloo", DistributedType.MULTI_CPU
+        return chosen, kind
+
+    _prepare_backend._grpo_cpu_ranks = True
+    PartialState._prepare_backend = _prepare_backend
+
+
 def cpu_device_map(cfg) -> bool:
     """Without CUDA, several ranks: the model loads on the CPU (not on `cuda:<local rank>`). True if changed."""
     import torch
@@ -83,6 +109,10 @@ def describe_ranks(accelerator) -> str:
     plugin = getattr(accelerator.state, "deepspeed_plugin", None)
     if plugin is not None:
         kind += f" ZeRO-{plugin.zero_stage}"
-    role = "pushes the weights to vLLM" if accelerator.is_main_process else "waits for rank 0's pushes"
+    if plugin is not None and int(plugin.zero_stage or 0) == 3:  # sharded weights: every rank takes part
+        role = ("gathers the weights with the other ranks, pushes them to vLLM" if accelerator.is_main_process
+                else "joins rank 0's gathers and probe passes")
+    else:
+        role = "pushes the weights to vLLM" if accelerator.is_main_process else "waits for rank 0's pushes"
     return (f"trainer rank {accelerator.process_index} of {accelerator.num_processes} ({kind}, "
             f"{accelerator.device}): {role}")

@@ -40,6 +40,9 @@ class WeightSync(Protocol):
     # True when a push (or, for ipc, an optimizer step) changes weights the server is computing with: the trainer
     # then makes it wait for every generation in flight (sync/gate.py). False: the push serves a new name.
     writes_in_place: bool
+    # What a push reads of the trainer's model: "trainable" (the adapter) or "all" (every weight). Under DeepSpeed
+    # ZeRO-3 exactly these are gathered on every rank around the push (sync/ranks.py).
+    reads: str
 
     @property
     def generation_model(self) -> str: ...

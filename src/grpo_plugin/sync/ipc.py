@@ -54,6 +54,7 @@ class IpcSync:
     needs_initial_push = False  # the server computes with the trainer's own tensors from the start
     starts_server = False
     writes_in_place = True  # a re-attach copies weights in; every optimizer step writes them (gate in _StepFence)
+    reads = "all"  # every weight (gathered for a push under ZeRO-3, sync/ranks.py)
 
     def __init__(self, client, *, fence: str = "trainer", rpc_timeout: float = 300.0, announce: bool = False,
                  gate: PolicyGate | None = None):

@@ -36,6 +36,7 @@ class LoraSync:
     needs_initial_push = True  # the adapter must exist on the server before the first rollout
     starts_server = False
     writes_in_place = False  # every push is a new adapter name; rollouts on older versions go on
+    reads = "trainable"  # the adapter: under ZeRO-3 only it is gathered for a push (sync/ranks.py)
 
     def __init__(self, client, *, adapter_name: str, sync_dir: str | None = None, gate: PolicyGate | None = None,
                  keep: int = 2):
@@ -83,7 +84,8 @@ class LoraSync:
         by_ptr = {p.data_ptr(): p for p in model.parameters()}
         out = {}
         for key, t in get_peft_model_state_dict(model).items():
-            if t.data_ptr() not in by_ptr:
+            # partitioned (ZeRO-3: an empty placeholder, gathered only around a push): no live tensor to keep
+            if t.numel() == 0 or t.data_ptr() not in by_ptr:
                 return None
             out[key] = by_ptr[t.data_ptr()]
         return out

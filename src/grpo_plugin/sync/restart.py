@@ -157,6 +157,7 @@ class _ProcessRestart:
 class RestartSync:
     mode = "restart"
     writes_in_place = True  # reload: the served weights change; process: the server itself is replaced
+    reads = "all"  # every weight (gathered for a push under ZeRO-3, sync/ranks.py)
 
     def __init__(self, client, *, strategy: str = "reload", sync_dir: str | None = None,
                  servers: Callable[[], list] | None = None, rpc_timeout: float = 300.0,

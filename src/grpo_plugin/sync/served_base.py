@@ -52,6 +52,12 @@ class ServedBase:
         return (self._model is not None and not self.base_sent) or self.inner.writes_in_place
 
     @property
+    def reads(self) -> str:
+        """What a push reads (gathered first under ZeRO-3, sync/ranks.py): every weight while the base is still to
+        be sent, then the adapter."""
+        return "all" if self._model is not None and not self.base_sent else self.inner.reads
+
+    @property
     def verify_context(self) -> str:
         """Said with a failed probe: what the server and the trainer compute with, and the explicit way to accept
         a difference the quantized matmul itself adds."""

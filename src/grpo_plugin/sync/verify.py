@@ -49,11 +49,14 @@ class ProbeVerifier:
     GEN_TOKENS = 8
 
     def __init__(self, client: VLLMServerClient, probe_ids: list[int], tolerance: float, mode: str,
-                 max_len: int | None = None, context: Callable[[], str] | None = None):
+                 max_len: int | None = None, context: Callable[[], str] | None = None,
+                 forward: Callable = probe.token_logprobs):
         if len(probe_ids) < 2:
             raise ValueError("the probe needs at least 2 tokens (grpo.probe_text)")
         self.client, self.probe_ids, self.tolerance, self.mode = client, list(probe_ids), tolerance, mode
         self.context = context  # more to say when a check fails (the sync's verify_context)
+        # the trainer's logprobs of a token list (ZeRO-3: every rank joins the forward, sync/ranks.py)
+        self.forward = forward
         n = self.GEN_PROMPT_TOKENS if max_len is None else max(2, min(self.GEN_PROMPT_TOKENS,
                                                                         max_len - self.GEN_TOKENS - 1))
         self.gen_prompt = (self.probe_ids * (n // len(self.probe_ids) + 1))[:n]
@@ -75,7 +78,7 @@ class ProbeVerifier:
 
     def score(self, model, reply: ProbeReply) -> tuple[float, float]:
         """The trainer half: (mean, max) |Δlogp| over both checks, from one forward pass of `model`."""
-        return self._diffs(model, reply, probe.token_logprobs(model, self.gen_prompt + reply.gen_token_ids))
+        return self._diffs(model, reply, self.forward(model, self.gen_prompt + reply.gen_token_ids))
 
     def score_all(self, model, replies: list[ProbeReply]) -> list[tuple[float, float]]:
         """(mean, max) per server; servers that sampled the same tokens share the trainer's forward pass."""
@@ -84,7 +87,7 @@ class ProbeVerifier:
         for reply in replies:
             key = tuple(reply.gen_token_ids)
             if key not in lps_by_tokens:
-                lps_by_tokens[key] = probe.token_logprobs(model, self.gen_prompt + reply.gen_token_ids)
+                lps_by_tokens[key] = self.forward(model, self.gen_prompt + reply.gen_token_ids)
             out.append(self._diffs(model, reply, lps_by_tokens[key]))
         return out
 
@@ -92,7 +95,7 @@ class ProbeVerifier:
         """`lps`: the trainer's logprobs of the generation's prompt + the reply's tokens. The generation's prompt
         starts with the probe, so its first n-1 logprobs are the probe's (a causal model)."""
         n = len(self.probe_ids)
-        ours = lps[: n - 1] if n <= len(self.gen_prompt) else probe.token_logprobs(model, self.probe_ids)
+        ours = lps[: n - 1] if n <= len(self.gen_prompt) else self.forward(model, self.probe_ids)
         mean1, max1 = probe.logprob_diff(reply.prompt_logprobs, ours)
         mean2, max2 = probe.logprob_diff(reply.gen_logprobs, lps[len(self.gen_prompt) - 1:])
         return max(mean1, mean2), max(max1, max2)

@@ -1,0 +1,139 @@
+"""sync/ranks.py: under ZeRO-3 rank 0 leads each collective step of a sync and the other ranks follow. Here two
+"ranks" are two threads joined by a broadcast that behaves like torch's (rank 0 sends, the others receive the
+same object); the gather records what each rank gathered. The real thing (DeepSpeed ZeRO-3, two processes, gloo)
+runs in tests/e2e/test_multiprocess_train.py."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from grpo_plugin import probe
+from grpo_plugin.sync.ranks import FollowerStopped, LeadFollow, OneCopy, for_accelerator, selected
+
+
+class _Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(11, 8)
+        self.head = torch.nn.Linear(8, 11)
+        self.emb.weight.requires_grad_(False)  # "base": only the head trains
+
+    def forward(self, input_ids):
+        return SimpleNamespace(logits=self.head(self.emb(input_ids)))
+
+
+class _Bus:
+    """torch.distributed.broadcast_object_list between two threads: rank 0's object reaches rank 1."""
+
+    def __init__(self):
+        self.q: queue.Queue = queue.Queue()
+
+    def leader(self, obj):
+        self.q.put(obj)
+        return obj
+
+    def follower(self, obj):
+        assert obj is None
+        return self.q.get(timeout=10)
+
+
+def _recording_gather(log: list, rank: int):
+    @contextlib.contextmanager
+    def gather(params):
+        log.append((rank, [tuple(p.shape) for p in params]))
+        yield
+
+    return gather
+
+
+def _run_pair(lead_body):
+    bus, log, model = _Bus(), [], _Tiny()
+    leader = LeadFollow(gather=_recording_gather(log, 0), broadcast=bus.leader)
+    follower = LeadFollow(gather=_recording_gather(log, 1), broadcast=bus.follower)
+    out = {}
+
+    def follow():
+        try:
+            out["joined"] = follower.follow(model)
+        except Exception as exc:  # noqa: BLE001 — the test inspects it
+            out["error"] = exc
+
+    t = threading.Thread(target=follow)
+    t.start()
+    try:
+        with leader.leading():
+            out["lead"] = lead_body(leader, model)
+    except Exception as exc:  # noqa: BLE001
+        out["lead_error"] = exc
+    t.join(10)
+    assert not t.is_alive(), "the follower did not end with the leader's sync"
+    return out, log, model
+
+
+def test_follower_joins_each_gather_and_forward_then_ends():
+    ids = [1, 4, 2, 7, 3]
+
+    def body(leader, model):
+        with leader.gathered(model, "trainable"):
+            pass
+        lps = leader.logprobs(model, ids)
+        with leader.gathered(model, "all"):
+            pass
+        return lps
+
+    out, log, model = _run_pair(body)
+    assert out["joined"] == 3
+    # rank 0: the head (trainable), then emb.weight + the head (all), in model order
+    assert [entry for entry in log if entry[0] == 0] == [(0, [(11, 8), (11,)]), (0, [(11, 8), (11, 8), (11,)])]
+    assert [entry[1] for entry in log if entry[0] == 1] == [entry[1] for entry in log if entry[0] == 0]
+    assert out["lead"] == probe.token_logprobs(model, ids)
+
+
+def test_a_failed_sync_stops_the_followers_with_its_error():
+    def body(leader, model):
+        with leader.gathered(model, "all"):
+            raise RuntimeError("server said 500")
+
+    out, log, _ = _run_pair(body)
+    assert isinstance(out["lead_error"], RuntimeError) and str(out["lead_error"]) == "server said 500"
+    assert isinstance(out["error"], FollowerStopped)
+    assert "rank 0's weight sync failed (RuntimeError: server said 500)" in str(out["error"])
+    assert [r for r, _ in log] == [0, 1] or [r for r, _ in log] == [1, 0]  # both gathered before the failure
+
+
+def test_an_unknown_step_is_an_error_not_a_hang():
+    bus = _Bus()
+    follower = LeadFollow(gather=_recording_gather([], 1), broadcast=bus.follower)
+    bus.q.put(("reshape", 3))
+    with pytest.raises(RuntimeError, match="unknown sync step 'reshape'"):
+        follower.follow(_Tiny())
+
+
+def test_one_copy_announces_nothing_and_scores_directly():
+    model, ids = _Tiny(), [3, 1, 4, 1, 5]
+    one = OneCopy()
+    with one.leading(), one.gathered(model, "all"):
+        assert one.logprobs(model, ids) == probe.token_logprobs(model, ids)
+    assert one.follow(model) is None and one.sharded is False
+
+
+def test_selected_parameters():
+    model = _Tiny()
+    assert [tuple(p.shape) for p in selected(model, "trainable")] == [(11, 8), (11,)]
+    assert len(selected(model, "all")) == 3
+    with pytest.raises(ValueError, match="reads must be one of"):
+        selected(model, "adapter")
+
+
+@pytest.mark.parametrize(("stage", "lead"), [(3, True), ("3", True), (2, False), (None, False)])
+def test_for_accelerator_leads_only_under_zero3(stage, lead):
+    plugin = None if stage is None else SimpleNamespace(zero_stage=stage)
+    acc = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin), num_processes=2)
+    assert isinstance(for_accelerator(acc), LeadFollow if lead else OneCopy)
