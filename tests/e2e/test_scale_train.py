@@ -1,7 +1,7 @@
 """Several vLLM servers through `axolotl train` (server/group.py), as a user runs the configs/scale quickstarts:
 two managed servers on consecutive ports, rollouts from both, every push to both and verified on EACH by its own
 probe; a server killed mid-run is brought back while the other keeps serving; ipc with two servers and one
-shared copy of the weights.
+shared copy of the weights; restart with two servers is run by two trainer ranks under DeepSpeed ZeRO-3.
 
 Each test starts its own two servers (`num_servers` is what is under test); marked `slow`."""
 
@@ -22,9 +22,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TOL = 1e-4  # fp32 quickstarts
 
 
-def _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, mode: str, steps: int, **grpo):
+def _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, mode: str, steps: int, deepspeed: str | None = None,
+                    **grpo):
+    extra = {"deepspeed": deepspeed} if deepspeed else {}
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=f"scale/quickstart_2servers_{mode}.yaml",
-                           max_steps=steps, grpo=grpo)
+                           max_steps=steps, grpo=grpo, **extra)
     cfg["vllm"]["port"] = free_ports(2)
     import yaml
 
@@ -107,16 +109,28 @@ def test_lora_sync_two_managed_servers_one_killed_and_recovered(tmp_path, tiny_m
     assert (Path(cfg["output_dir"]) / "vllm_server-1.log").exists()  # the second server's own log
 
 
-def test_restart_two_managed_servers(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
-    """Full fine-tuning: both servers reload the trainer's weights in place at every push; verified on each."""
-    steps = 16
-    path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "restart", steps)
+def test_restart_two_managed_servers_two_zero3_ranks(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    """Full fine-tuning on two managed servers by two trainer ranks under DeepSpeed ZeRO-3 (one run for both, to
+    keep CI's time): every weight is gathered on both ranks for each push (sync/ranks.py), rank 0 writes it, both
+    servers reload it in place; verified on each server at every push."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.conftest import ROOT
+    from tests.e2e.test_multiprocess_train import TWO_RANKS, zero3_gathered
+
+    steps = 12
+    path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "restart", steps,
+                                deepspeed=str(ROOT / "deepspeed_configs/zero3.json"))
     log = tmp_path / "train.log"
-    proc = _start_train(path, log)
+    proc = _start_train(path, log, TWO_RANKS)
     text = _finish(proc, log)
     assert proc.returncode == 0, text[-6000:]
+    assert "trainer rank 1 of 2 (DEEPSPEED ZeRO-3, cpu:0): joins rank 0's gathers" in text, text[-4000:]
     s = _assert_verified_on_both(cfg, steps)
-    assert s["num_syncs"] == steps, s
+    assert s["num_syncs"] == steps and s["optimizer"] == "DeepSpeedZeroOptimizer_Stage3", s
+    params = list(AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).parameters())  # tied weights once
+    full, held = zero3_gathered(text, len(params))
+    assert full == sum(p.numel() for p in params) and held < full * 0.6, (full, held)  # rank 0 holds ~half
     assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
 
 

@@ -36,10 +36,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TOL = 1e-4  # fp32 quickstarts
 
 
-def _start_train(path: Path, log: Path) -> subprocess.Popen:
+def _start_train(path: Path, log: Path, launcher: tuple[str, ...] = ()) -> subprocess.Popen:
+    """`axolotl train <path> [launcher args]` in its own session, output to `log`."""
     with log.open("w") as fh:
-        return subprocess.Popen([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen([str(BIN / "axolotl"), "train", str(path), *launcher], cwd=ROOT, env=env(),
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _records(cfg) -> list[dict]:
