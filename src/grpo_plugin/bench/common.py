@@ -256,3 +256,40 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: str) -> 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_memory":
         print(json.dumps(_memory_phase(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])))
+
+
+def free_port_pair() -> int:
+    """A free port whose next port is free too (two servers on consecutive ports)."""
+    from grpo_plugin.server.process import port_in_use
+
+    while True:
+        port = free_port()
+        if port < 65535 and not port_in_use("127.0.0.1", port + 1):
+            return port
+
+
+def start_vllm_servers(model_dir: str, tmp, name: str, n: int, **spec):
+    """`n` servers on consecutive ports (ipc: the first exports, the others map its file), each waited for."""
+    import os
+
+    from grpo_plugin.server.client import VLLMServerClient
+    from grpo_plugin.server.process import ServerSpec, VLLMServerProcess, core_slices
+
+    port = free_port_pair()
+    cores = core_slices(list(os.sched_getaffinity(0)), n) if n > 1 else [None]  # as `num_servers` binds them
+    servers = []
+    try:
+        for i in range(n):
+            s = ServerSpec(model=model_dir, port=port + i, dtype="float32", max_model_len=512, enforce_eager=True,
+                           cpu_bind=cores[i], **{"enable_lora": False, **spec})
+            server = VLLMServerProcess(s, tmp / f"vllm-{name}-{i}.log", shares_with=servers[0] if servers else None)
+            server.start()
+            servers.append(server)
+        clients = [VLLMServerClient(s.spec.base_url, timeout=600) for s in servers]
+        for server, client in zip(servers, clients):
+            server.wait_healthy(900, client.healthy)
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+    return servers, clients

@@ -19,7 +19,6 @@ import sys
 import time
 
 from grpo_plugin.bench.common import (
-    free_port,
     load_model,
     memory,
     pause_ipc,
@@ -27,46 +26,11 @@ from grpo_plugin.bench.common import (
     perturb,
     probe_token_ids,
     scratch,
+    start_vllm_servers,
     trainer_stub,
 )
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def _free_pair() -> int:
-    from grpo_plugin.server.process import port_in_use
-
-    while True:
-        port = free_port()
-        if port < 65535 and not port_in_use("127.0.0.1", port + 1):
-            return port
-
-
-def _start(model_dir: str, tmp, name: str, n: int, **spec):
-    """`n` servers on consecutive ports (ipc: the first exports, the others map its file), each waited for."""
-    import os
-
-    from grpo_plugin.server.client import VLLMServerClient
-    from grpo_plugin.server.process import ServerSpec, VLLMServerProcess, core_slices
-
-    port = _free_pair()
-    cores = core_slices(list(os.sched_getaffinity(0)), n) if n > 1 else [None]  # as `num_servers` binds them
-    servers = []
-    try:
-        for i in range(n):
-            s = ServerSpec(model=model_dir, port=port + i, dtype="float32", max_model_len=512, enforce_eager=True,
-                           cpu_bind=cores[i], **{"enable_lora": False, **spec})
-            server = VLLMServerProcess(s, tmp / f"vllm-{name}-{i}.log", shares_with=servers[0] if servers else None)
-            server.start()
-            servers.append(server)
-        clients = [VLLMServerClient(s.spec.base_url, timeout=600) for s in servers]
-        for server, client in zip(servers, clients):
-            server.wait_healthy(900, client.healthy)
-    except BaseException:
-        for server in servers:
-            server.stop()
-        raise
-    return servers, clients
 
 
 def _median_p90(values: list[float]) -> dict:
@@ -120,7 +84,7 @@ def _pauses(model_dir: str, tmp, repeats: int) -> dict:
     probe = probe_token_ids(model_dir)
     out = {}
     print("[bench] lora_sync: 2 LoRA servers", file=sys.stderr, flush=True)
-    servers, clients = _start(model_dir, tmp, "lora", 2, enable_lora=True, max_lora_rank=16, max_loras=4)
+    servers, clients = start_vllm_servers(model_dir, tmp, "lora", 2, enable_lora=True, max_lora_rank=16, max_loras=4)
     try:
         model = get_peft_model(load_model(model_dir), LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
                                                             target_modules=TARGETS))
@@ -130,7 +94,7 @@ def _pauses(model_dir: str, tmp, repeats: int) -> dict:
         for s in servers:
             s.stop()
     print("[bench] restart (reload): 2 full-weight servers", file=sys.stderr, flush=True)
-    servers, clients = _start(model_dir, tmp, "full", 2)
+    servers, clients = start_vllm_servers(model_dir, tmp, "full", 2)
     try:
         out["restart_reload"] = _one_vs_two(lambda c, name: RestartSync(c), load_model(model_dir), clients, probe,
                                             repeats, only="")
@@ -154,7 +118,7 @@ def run(size: str = "100m", repeats: int = 10) -> dict:
         out.update(_pauses(model_dir, tmp, repeats))
         for n in (1, 2):
             print(f"[bench] ipc: {n} server(s) on one weight file", file=sys.stderr, flush=True)
-            servers, clients = _start(model_dir, tmp, f"ipc{n}", n, ipc=True)
+            servers, clients = start_vllm_servers(model_dir, tmp, f"ipc{n}", n, ipc=True)
             try:
                 client = clients[0] if n == 1 else ServerGroup(clients)
                 out[f"memory_ipc_{n}"] = memory("ipc", model_dir, ",".join(c.base_url for c in clients),

@@ -20,7 +20,16 @@ import subprocess
 import sys
 import time
 
-from grpo_plugin.bench.common import free_port, load_model, pct, perturb, probe_token_ids, scratch, trainer_stub
+from grpo_plugin.bench.common import (
+    free_port,
+    load_model,
+    pct,
+    perturb,
+    probe_token_ids,
+    scratch,
+    start_vllm_servers,
+    trainer_stub,
+)
 
 ZERO3 = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
          "zero_allow_untested_optimizer": True}
@@ -132,13 +141,12 @@ def _torch_broadcast(obj):
 
 def run(size: str = "100m", repeats: int = 10) -> dict:
     from grpo_plugin.bench.common import stack
-    from grpo_plugin.bench.servers import _start
     from grpo_plugin.tiny import MODEL_SIZES, build_model
 
     out: dict = {"benchmark": "zero3", "size": size, "repeats": repeats, "stack": stack()}
     with scratch("grpo_bench_zero3-") as tmp:
         model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
-        servers, clients = _start(model_dir, tmp, "full", 1)
+        servers, clients = start_vllm_servers(model_dir, tmp, "full", 1)
         try:
             print("[bench] restart (reload): one unsharded trainer process", file=sys.stderr, flush=True)
             out["unsharded"] = _unsharded(model_dir, clients[0], repeats)
