@@ -330,11 +330,7 @@ def check_cross_keys(data: dict) -> None:
         _check_ipc(data)
     if _get(grpo, "atropos") is not None:
         _check_atropos(data, _get(grpo, "atropos"))
-    if _uses_fsdp(data):
-        raise ValueError(
-            f"grpo.sync: {sync} with FSDP (`fsdp` / `fsdp_config`): not supported yet (a push would read rank 0's "
-            "shard only). Use DeepSpeed ZeRO-3 (deepspeed_configs/zero3.json: every push gathers the weights on all "
-            "ranks, docs/scaling.md), ZeRO-1/2 or DDP.")
+    _check_sharded(data, sync)
     trl = data.get("trl") or {}
     if isinstance(trl, dict):
         if trl.get("use_vllm") is False:
@@ -471,6 +467,57 @@ def _check_atropos(data: dict, atropos) -> None:
                         "same port. Move one of them (e.g. `vllm: {port: 8001}`).")
     if problems:
         raise ValueError("grpo.atropos cannot be used with this config:\n  - " + "\n  - ".join(problems))
+
+
+def _check_sharded(data: dict, sync) -> None:
+    """FSDP (2 only) and ZeRO-3: what the plugin's gathered push (sync/ranks.py) does not cover, refused saying why."""
+    fsdp = _uses_fsdp(data)
+    zero3 = _zero_stage(data) == 3
+    if not (fsdp or zero3):
+        return
+    if data.get("load_in_4bit") or data.get("load_in_8bit") or data.get("adapter") == "qlora":
+        raise ValueError(
+            f"a quantized base (QLoRA / load_in_4bit / load_in_8bit) with {'FSDP' if fsdp else 'DeepSpeed ZeRO-3'}: "
+            "not supported — the server is given the trainer's dequantized base, read from a full copy the sharded "
+            "trainer does not have. Use DDP or ZeRO-1/2 for QLoRA (docs/scaling.md).")
+    if not fsdp:
+        return
+    conf = data.get("fsdp_config") if isinstance(data.get("fsdp_config"), dict) else {}
+    version = data.get("fsdp_version") or conf.get("fsdp_version") or conf.get("version")
+    if str(version) != "2":
+        raise ValueError(f"FSDP version {version or '1 (the default)'}: the grpo_plugin gathers FSDP2's weights "
+                         "(torch's full state dict) only. Set `fsdp_version: 2`.")
+    from grpo_plugin.server.process import cuda_available
+
+    if not cuda_available():
+        raise ValueError(
+            "FSDP on a machine without CUDA does not run through axolotl 0.21 / accelerate 1.15 (measured: with one "
+            "process transformers refuses FSDP outside distributed training; with several ranks axolotl builds its "
+            "device mesh for 'cuda' and both ranks die in torch.cuda.set_device, and accelerate selects FSDP for "
+            "GPU ranks only, so a CPU run would be DDP). The plugin's FSDP2 push runs on GPUs; on CPU use "
+            "DeepSpeed ZeRO-3 (deepspeed_configs/zero3.json) or DDP (docs/scaling.md).")
+
+
+def _zero_stage(data: dict) -> int | None:
+    """The ZeRO stage of the `deepspeed:` config (a dict or a JSON file), None without one or if unreadable."""
+    ds = data.get("deepspeed")
+    if not ds:
+        return None
+    if isinstance(ds, dict):
+        conf = ds
+    else:
+        import json
+        from pathlib import Path
+
+        try:
+            conf = json.loads(Path(str(ds)).read_text())
+        except (OSError, ValueError):
+            return None  # axolotl reports a missing or broken file itself
+    stage = (conf.get("zero_optimization") or {}).get("stage")
+    try:
+        return int(stage)
+    except (TypeError, ValueError):
+        return None
 
 
 def _uses_fsdp(data: dict) -> bool:

@@ -241,8 +241,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         version, verify it: now, or (`defer`) with the server's half in the background while generation goes on
         (sync/verify.py), finished by `_finish_verification`."""
         with self.policy_gate.writing(self.weight_sync.writes_in_place):
-            with self.ranks.gathered(self.accelerator.unwrap_model(self.model), self.weight_sync.reads):
-                result = self.weight_sync.push(step)
+            with self.ranks.gathered(self.accelerator.unwrap_model(self.model), self.weight_sync.reads) as full:
+                result = self.weight_sync.push(step, full)
             self.policy_gate.publish(step, self.weight_sync.generation_model)
         if verify and defer:
             self.deferred.start(result)

@@ -46,9 +46,9 @@ class _Bus:
 
 def _recording_gather(log: list, rank: int):
     @contextlib.contextmanager
-    def gather(params):
-        log.append((rank, [tuple(p.shape) for p in params]))
-        yield
+    def gather(model, reads):
+        log.append((rank, [tuple(p.shape) for p in selected(model, reads)]))
+        yield {"gathered": reads} if rank == 0 else {}
 
     return gather
 
@@ -81,8 +81,8 @@ def test_follower_joins_each_gather_and_forward_then_ends():
     ids = [1, 4, 2, 7, 3]
 
     def body(leader, model):
-        with leader.gathered(model, "trainable"):
-            pass
+        with leader.gathered(model, "trainable") as got:
+            assert got == {"gathered": "trainable"}  # what the gather yields is what the push reads
         lps = leader.logprobs(model, ids)
         with leader.gathered(model, "all"):
             pass
@@ -119,7 +119,8 @@ def test_an_unknown_step_is_an_error_not_a_hang():
 def test_one_copy_announces_nothing_and_scores_directly():
     model, ids = _Tiny(), [3, 1, 4, 1, 5]
     one = OneCopy()
-    with one.leading(), one.gathered(model, "all"):
+    with one.leading(), one.gathered(model, "all") as got:
+        assert got is None  # the push reads the model
         assert one.logprobs(model, ids) == probe.token_logprobs(model, ids)
     assert one.follow(model) is None and one.sharded is False
 
@@ -132,8 +133,11 @@ def test_selected_parameters():
         selected(model, "adapter")
 
 
-@pytest.mark.parametrize(("stage", "lead"), [(3, True), ("3", True), (2, False), (None, False)])
-def test_for_accelerator_leads_only_under_zero3(stage, lead):
+@pytest.mark.parametrize(("stage", "fsdp2", "lead"), [(3, False, "ZeRO-3"), ("3", False, "ZeRO-3"), (2, False, None),
+                                                      (None, False, None), (None, True, "FSDP2")])
+def test_for_accelerator_leads_only_when_the_weights_are_sharded(stage, fsdp2, lead):
     plugin = None if stage is None else SimpleNamespace(zero_stage=stage)
-    acc = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin), num_processes=2)
-    assert isinstance(for_accelerator(acc), LeadFollow if lead else OneCopy)
+    acc = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin), num_processes=2, is_fsdp2=fsdp2)
+    got = for_accelerator(acc)
+    assert isinstance(got, LeadFollow if lead else OneCopy)
+    assert lead is None or got.name == lead

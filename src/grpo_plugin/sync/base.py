@@ -49,7 +49,9 @@ class WeightSync(Protocol):
 
     def prepare(self, trainer) -> None: ...
 
-    def push(self, step: int) -> SyncResult: ...
+    def push(self, step: int, tensors: dict | None = None) -> SyncResult:
+        """`tensors`: the trainer's full state dict when the trainer's own parameters are shards (FSDP2: gathered
+        by sync/ranks.py); None: read the model."""
 
     def server_restarted(self) -> None:
         """The server was replaced by a fresh one (server/recovery.py): forget what the old one held, so the

@@ -71,11 +71,11 @@ class FencedSync:
     def prepare(self, trainer) -> None:
         self.inner.prepare(trainer)
 
-    def push(self, step: int) -> SyncResult:
+    def push(self, step: int, tensors: dict | None = None) -> SyncResult:
         t0 = time.perf_counter()
         self.fence.hold()
         try:
-            result = self.inner.push(step)
+            result = self.inner.push(step, tensors)
         except BaseException:
             with contextlib.suppress(Exception):  # the push's error is the one to report
                 self.fence.release()

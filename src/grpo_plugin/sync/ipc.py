@@ -254,10 +254,10 @@ class IpcSync:
         """Nothing to forget: the next push sees the orphaned mapping and re-attaches (ensure_attached)."""
         self._served = None
 
-    def push(self, step: int) -> SyncResult:
-        """Nothing to copy: the weights are already the server's. Reports the fencing time since the last push
-        (and re-attaches first if the server was restarted in between: writes made meanwhile went to the old
-        mapping, which is what the re-attach copies from)."""
+    def push(self, step: int, tensors: dict | None = None) -> SyncResult:
+        """Nothing to copy: the weights are already the server's (`tensors` is never given: ipc refuses sharded
+        trainers). Reports the fencing time since the last push (and re-attaches first if the server was restarted
+        in between: writes made meanwhile went to the old mapping, which is what the re-attach copies from)."""
         self.ensure_attached()
         ms, self._blocked_ms = self._blocked_ms, 0.0
         return SyncResult(step=step, sync_ms=ms)

@@ -84,18 +84,23 @@ class LoraSync:
         by_ptr = {p.data_ptr(): p for p in model.parameters()}
         out = {}
         for key, t in get_peft_model_state_dict(model).items():
-            # partitioned (ZeRO-3: an empty placeholder, gathered only around a push): no live tensor to keep
-            if t.numel() == 0 or t.data_ptr() not in by_ptr:
+            # sharded (ZeRO-3: an empty placeholder; FSDP2: a DTensor), gathered only around a push: no live
+            # full tensor to keep
+            if hasattr(t, "to_local") or t.numel() == 0 or t.data_ptr() not in by_ptr:
                 return None
             out[key] = by_ptr[t.data_ptr()]
         return out
 
-    def _write_weights(self, target: Path) -> None:
-        """A complete adapter directory the server has never seen: the weights and a link to the config."""
+    def _write_weights(self, target: Path, full: dict | None = None) -> None:
+        """A complete adapter directory the server has never seen: the weights and a link to the config. `full`:
+        the model's gathered state dict (FSDP2), the adapter is picked out of it."""
         from peft import get_peft_model_state_dict
         from safetensors.torch import save_file
 
-        tensors = self._tensors if self._tensors is not None else get_peft_model_state_dict(self._model)
+        if full is not None:
+            tensors = get_peft_model_state_dict(self._model, state_dict=full)
+        else:
+            tensors = self._tensors if self._tensors is not None else get_peft_model_state_dict(self._model)
         target.mkdir(parents=True, exist_ok=True)
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()},
                   str(target / "adapter_model.safetensors"))
@@ -105,13 +110,13 @@ class LoraSync:
             except OSError:  # a file system without hard links
                 shutil.copyfile(self.adapter_dir / CONFIG, target / CONFIG)
 
-    def push(self, step: int) -> SyncResult:
+    def push(self, step: int, tensors: dict | None = None) -> SyncResult:
         """Write the new version, load it under its own name, then retire the version before the previous one."""
         t0 = time.perf_counter()
         self._version += 1
         name = f"{self.adapter_name}-v{self._version}"
         target = self._version_dir(name)
-        self._write_weights(target)
+        self._write_weights(target, tensors)
         try:
             self.client.load_lora_adapter(name, str(target), inplace=False)
         except BaseException:

@@ -37,16 +37,18 @@ RELOAD_METHOD = "grpo_reload_weights"
 STRATEGIES = ("reload", "process")
 
 
-def checkpoint_tensors(model) -> dict:
+def checkpoint_tensors(model, full: dict | None = None) -> dict:
     """The model's state dict in checkpoint naming, one entry per storage: tied weights (e.g. lm_head =
-    embed_tokens) appear once, under the first name (the one HF checkpoints keep). Tensors are the live ones."""
+    embed_tokens) appear once, under the first name (the one HF checkpoints keep). Tensors are the live ones, or
+    (`full`: the gathered state dict of a sharded model, FSDP2) those of `full` under the same names."""
     out, seen = {}, set()
     for name, t in model.state_dict(keep_vars=True).items():
-        key = (t.device, t.data_ptr(), t.dtype, tuple(t.shape))
+        # a DTensor (FSDP2) is one object per weight, tied weights included; a plain tensor is known by its storage
+        key = id(t) if hasattr(t, "to_local") else (t.device, t.data_ptr(), t.dtype, tuple(t.shape))
         if key in seen:
             continue
         seen.add(key)
-        out[name] = t.detach()
+        out[name] = t.detach() if full is None else full[name]
     return out
 
 
@@ -197,13 +199,13 @@ class RestartSync:
         _ = self.generation_model  # fail early if the server serves nothing
         self.strategy.prepare(model, self.storage.path)
 
-    def _write_weights(self) -> None:
-        self.storage.write_checkpoint(checkpoint_tensors(self._model), "writing the weights for grpo.sync=restart",
-                                      WEIGHTS_FILE)
+    def _write_weights(self, full: dict | None = None) -> None:
+        self.storage.write_checkpoint(checkpoint_tensors(self._model, full),
+                                      "writing the weights for grpo.sync=restart", WEIGHTS_FILE)
 
-    def push(self, step: int) -> SyncResult:
+    def push(self, step: int, tensors: dict | None = None) -> SyncResult:
         t0 = time.perf_counter()
-        self._write_weights()
+        self._write_weights(tensors)
         t1 = time.perf_counter()
         report = self.strategy.apply(str(self.storage.path))
         self.last_report = {"write_ms": (t1 - t0) * 1e3, **report}

@@ -113,11 +113,11 @@ class ServedBase:
         LOG.warning("grpo_plugin: the server now serves the trainer's %s base, dequantized (%d tensors, %.0f MiB, "
                     "%.1f s)", self.quantization, len(tensors), nbytes / 2**20, time.perf_counter() - t0)
 
-    def push(self, step: int) -> SyncResult:
+    def push(self, step: int, tensors: dict | None = None) -> SyncResult:
         t0 = time.perf_counter()
         if self._model is not None and not self.base_sent:
             self._send_base()
-        result = self.inner.push(step)
+        result = self.inner.push(step, tensors)
         result.sync_ms = (time.perf_counter() - t0) * 1e3  # the trainer's whole pause, the base included
         return result
 
