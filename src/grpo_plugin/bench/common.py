@@ -147,6 +147,10 @@ def _tree(pid: int) -> list[int]:
     return [pid, *(p.pid for p in root.children(recursive=True))]
 
 
+def median_p90(values: list[float]) -> dict:
+    return {"median_ms": round(statistics.median(values), 2), "p90_ms": round(pct(values, 0.9), 2), "n": len(values)}
+
+
 def pause_stats(values: list[float], diffs: list[float]) -> dict:
 
     return {"median_ms": round(statistics.median(values), 2), "p90_ms": round(pct(values, 0.9), 2),

