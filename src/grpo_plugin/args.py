@@ -487,15 +487,6 @@ def _check_sharded(data: dict, sync) -> None:
     if str(version) != "2":
         raise ValueError(f"FSDP version {version or '1 (the default)'}: the grpo_plugin gathers FSDP2's weights "
                          "(torch's full state dict) only. Set `fsdp_version: 2`.")
-    from grpo_plugin.server.process import cuda_available
-
-    if not cuda_available():
-        raise ValueError(
-            "FSDP on a machine without CUDA does not run through axolotl 0.21 / accelerate 1.15 (measured: with one "
-            "process transformers refuses FSDP outside distributed training; with several ranks axolotl builds its "
-            "device mesh for 'cuda' and both ranks die in torch.cuda.set_device, and accelerate selects FSDP for "
-            "GPU ranks only, so a CPU run would be DDP). The plugin's FSDP2 push runs on GPUs; on CPU use "
-            "DeepSpeed ZeRO-3 (deepspeed_configs/zero3.json) or DDP (docs/scaling.md).")
 
 
 def _zero_stage(data: dict) -> int | None:

@@ -28,7 +28,7 @@ class GRPOPlugin(BasePlugin):
 
         check_host_versions()
         # several trainer ranks on a machine without CUDA, as DDP or DeepSpeed (compat/cpu_ranks.py)
-        allow_cpu_ranks(deepspeed=bool(cfg.get("deepspeed")))
+        allow_cpu_ranks(deepspeed=bool(cfg.get("deepspeed")), fsdp=bool(cfg.get("fsdp_config") or cfg.get("fsdp")))
         if cfg.get("grpo") is None:
             cfg["grpo"] = {}
         if cfg.get("trainer_cls") not in (None, TRAINER_CLS):

@@ -5,10 +5,10 @@ ranks died in axolotl's CUDA peer-to-peer check, and with that fixed each rank b
 pushed; DeepSpeed was dropped silently or failed its batch check).
 
 DDP: only rank 0 pushes and verifies; every rank waits for its push and samples with the model name it broadcasts
-(trainer.py). DeepSpeed ZeRO-3: each rank holds a part of every weight; every rank joins the push's gather and the
-probe's forward pass, rank 0 writes and verifies (sync/ranks.py). lora_sync and restart run on the session servers
-as `axolotl vllm-serve` would start them (no server start of their own); ipc needs its own server (its weights are
-written in place). Restart under ZeRO-3 runs with two servers in tests/e2e/test_scale_train.py (one run for both
+(trainer.py). DeepSpeed ZeRO-3 and FSDP2: each rank holds a part of every weight; every rank joins the push's gather
+and the probe's forward pass, rank 0 writes and verifies (sync/ranks.py). lora_sync runs on the session server as
+`axolotl vllm-serve` would start it (no server start of its own); ipc needs its own server (its weights are written
+in place). Restart under ZeRO-3 runs with two servers in tests/e2e/test_scale_train.py (one run for both
 features, to keep CI's time); restart under DDP is the same rank-0 push as lora_sync's and ipc's below."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _assert_two_ranks_trained_verified(log: str, cfg: dict, steps: int, joined: 
 
 
 def test_two_ranks_ddp_lora_sync(tmp_path, tiny_model_dir, tiny_data_file, vllm_server, cache_env):
-    steps = 8
+    steps = 6
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "scale/quickstart_2ranks_lora_sync.yaml",
                            server=vllm_server, max_steps=steps)
     log = _two_ranks(path)
@@ -61,9 +61,9 @@ def test_two_ranks_ddp_lora_sync(tmp_path, tiny_model_dir, tiny_data_file, vllm_
     assert "started managed vLLM server" not in log  # the session server, as `axolotl vllm-serve` runs it
 
 
-def zero3_gathered(log: str, tensors: int) -> tuple[int, int]:
+def zero3_gathered(log: str, tensors: int, name: str = "ZeRO-3") -> tuple[int, int]:
     """The push's gather, as rank 0 reports it once: (elements gathered, elements rank 0 holds between pushes)."""
-    m = re.search(r"ZeRO-3: each push gathers (\d+) tensors, ([\d,]+) elements \(rank 0 holds ([\d,]+) of them", log)
+    m = re.search(name + r": each push gathers (\d+) tensors, ([\d,]+) elements \(rank 0 holds ([\d,]+) of them", log)
     assert m, log[-4000:]
     assert int(m.group(1)) == tensors
     return int(m.group(2).replace(",", "")), int(m.group(3).replace(",", ""))
@@ -82,12 +82,26 @@ def test_two_ranks_zero3_lora_sync(tmp_path, tiny_model_dir, tiny_data_file, vll
     assert held <= full // 2 + lora_tensors, (full, held)  # rank 0 holds half of each tensor (rounded up)
 
 
+def test_two_ranks_fsdp2_lora_sync(tmp_path, tiny_model_dir, tiny_data_file, vllm_server, cache_env):
+    """FSDP2 with 2 CPU ranks (compat/cpu_ranks.py: a "cpu" device mesh, and FSDP for MULTI_CPU ranks): the weights
+    are DTensors; each push gathers torch's full state dict to rank 0, which picks the adapter out of it."""
+    steps = 6
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "scale/quickstart_2ranks_fsdp2_lora_sync.yaml",
+                           server=vllm_server, max_steps=steps)
+    log = _two_ranks(path)
+    s = _assert_two_ranks_trained_verified(log, cfg, steps, "FSDP", roles=("gathers", "joins"))
+    assert s["num_syncs"] == steps, s
+    lora_tensors = 2 * 7 * 2  # A and B for 7 target modules in each of the tiny model's 2 layers
+    full, held = zero3_gathered(log, lora_tensors, name="FSDP2")
+    assert held <= full // 2 + lora_tensors, (full, held)  # rank 0 holds half of each tensor (rounded up)
+
+
 def test_two_ranks_ddp_ipc_with_a_managed_server(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
     """ipc: rank 0's model is the shared copy (the other rank keeps its replica); the fence defaults to `server`
     (the other rank may generate while rank 0's optimizer writes); one managed server, started by rank 0. Before the
     re-attach of sync/ipc.py `detached`, the probe stopped this run at step 1 (0.215 nats): accelerate's device
     move had copied rank 0's parameters off the shared file."""
-    steps = 8
+    steps = 6
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_ipc.yaml", max_steps=steps,
                            micro_batch_size=16, grpo={"ipc_fence": None})  # unset: the default for 2 ranks
     log = _two_ranks(path)

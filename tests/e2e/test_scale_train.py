@@ -118,7 +118,7 @@ def test_restart_two_managed_servers_two_zero3_ranks(tmp_path, tiny_model_dir, t
     from tests.conftest import ROOT
     from tests.e2e.test_multiprocess_train import TWO_RANKS, zero3_gathered
 
-    steps = 12
+    steps = 8
     path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "restart", steps,
                                 deepspeed=str(ROOT / "deepspeed_configs/zero3.json"))
     log = tmp_path / "train.log"
@@ -137,7 +137,7 @@ def test_restart_two_managed_servers_two_zero3_ranks(tmp_path, tiny_model_dir, t
 def test_ipc_two_managed_servers_share_one_copy(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
     """ipc with two servers: the second maps the first's weight file (read from /proc/<pid>/maps of both server
     processes while training), the trainer writes it, every step verified on both."""
-    steps = 16
+    steps = 10
     path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "ipc", steps)
     port = cfg["vllm"]["port"]
     log = tmp_path / "train.log"

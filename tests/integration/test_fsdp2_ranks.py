@@ -1,8 +1,8 @@
-"""FSDP2 with two CPU ranks (gloo) against the session's real vLLM servers, through sync/ranks.py's FSDP2 gather
-(torch's `get_model_state_dict(full_state_dict=True, cpu_offload=True)`): each push reads the full weights on rank 0
-and the probe's forward runs on both ranks. Not through `axolotl train`: on a machine without CUDA the host cannot
-run FSDP (docs/scaling.md, "FSDP2"), so the plugin's side is tested directly, on a model
-sharded by torch's own `fully_shard`."""
+"""FSDP2 `restart` with two CPU ranks (gloo) against the session's full-weight vLLM server, through sync/ranks.py's
+FSDP2 gather (torch's `get_model_state_dict(full_state_dict=True, cpu_offload=True)`) on a model sharded by torch's
+own `fully_shard`: each push reads the full weights on rank 0 and the probe's forward runs on both ranks. (FSDP2
+`lora_sync` runs through `axolotl train` in tests/e2e/test_multiprocess_train.py; this covers full weights in ~15 s
+on the shared server.) The worker, tests/integration/fsdp2_ranks.py, also takes `lora_sync`."""
 
 from __future__ import annotations
 
@@ -42,8 +42,3 @@ def test_fsdp2_restart_two_cpu_ranks(tiny_model_dir, full_weight_server, tmp_pat
     report = _two_ranks("restart", tiny_model_dir, full_weight_server[1].base_url, tmp_path)
     _assert_pushed_trained_weights(report)
     assert report["rank0_entries"] > 0  # rank 0 got the full state dict
-
-
-def test_fsdp2_lora_sync_two_cpu_ranks(tiny_model_dir, vllm_server, tmp_path):
-    report = _two_ranks("lora_sync", tiny_model_dir, vllm_server[1].base_url, tmp_path)
-    _assert_pushed_trained_weights(report)

@@ -158,19 +158,23 @@ def test_zero3_runs_lora_sync_and_restart_and_refuses_ipc_saying_why(path, load)
         load(raw)
 
 
-def test_fsdp_without_cuda_is_refused_saying_why_and_fsdp2_validates_where_cuda_is(load, monkeypatch):
+def test_fsdp2_validates_and_fsdp1_and_quantized_bases_are_refused(load):
     raw = yaml.safe_load((ROOT / "configs/gsm8k/qwen2.5-1.5b-restart-2gpu.yaml").read_text())
     raw["fsdp_version"] = 2
     raw["fsdp_config"] = {"reshard_after_forward": True}
-    with pytest.raises(ValidationError, match=r"FSDP on a machine without CUDA does not run through axolotl"):
-        load(raw)
-    monkeypatch.setattr("grpo_plugin.server.process.cuda_available", lambda: True)
     assert load(raw).grpo.sync == "restart"  # FSDP2: each push gathers torch's full state dict (sync/ranks.py)
     raw4 = yaml.safe_load((ROOT / "configs/gsm8k/qwen2.5-7b-qlora-1gpu.yaml").read_text())
     raw4["fsdp_version"] = 2
     raw4["fsdp_config"] = {"reshard_after_forward": True}
     with pytest.raises(ValidationError, match=r"a quantized base .* with FSDP: not supported"):
         load(raw4)
+
+
+def test_fsdp1_is_refused_by_the_plugin():
+    from grpo_plugin.args import check_cross_keys
+
+    with pytest.raises(ValueError, match=r"FSDP version 1 \(the default\): the grpo_plugin gathers FSDP2"):
+        check_cross_keys({"rl": "grpo", "grpo": {"sync": "restart"}, "fsdp_config": {"reshard_after_forward": True}})
 
 
 def _named_with_their_commands(doc: str, path) -> None:

@@ -87,3 +87,35 @@ def test_the_plugin_turns_zero_advantage_skipping_off_only_for_several_ranks(mon
         cfg = {"rl": "grpo", "grpo": {"sync": "restart"}}
         GRPOPlugin().register(cfg)
         assert cfg["trl"].get("skip_zero_advantage_batches") is expected
+
+
+def test_fsdp_ranks_without_cuda_get_a_cpu_mesh_and_run_as_fsdp(monkeypatch):
+    """axolotl built its device mesh for "cuda" (both ranks died in torch.cuda.set_device) and accelerate selects
+    FSDP for GPU ranks only (a CPU run would be DDP). Without CUDA: a "cpu" mesh, and FSDP."""
+    import torch
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.state import AcceleratorState, DistributedType, PartialState
+
+    from grpo_plugin.compat.cpu_ranks import allow_cpu_ranks
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(ParallelismConfig, "build_device_mesh", lambda self, device_type: asked.append(device_type))
+
+    def accelerate_init(self, *args, **kwargs):  # what accelerate decides for CPU ranks
+        self.__dict__ = {}
+        self.distributed_type = DistributedType.MULTI_CPU
+
+    monkeypatch.setattr(AcceleratorState, "__init__", accelerate_init)
+    monkeypatch.setattr(PartialState, "_shared_state", {})
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    allow_cpu_ranks(fsdp=True)
+    allow_cpu_ranks(fsdp=True)  # twice: wrapped once
+    ParallelismConfig.build_device_mesh(object(), "cuda")
+    assert asked == ["cpu"]
+    plugin = object()
+    state = AcceleratorState(fsdp_plugin=plugin)
+    assert state.distributed_type == DistributedType.FSDP and state.fsdp_plugin is plugin
+    assert PartialState._shared_state["distributed_type"] == DistributedType.FSDP
+    assert AcceleratorState().distributed_type == DistributedType.MULTI_CPU  # no FSDP plugin: DDP as before

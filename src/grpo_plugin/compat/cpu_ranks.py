@@ -24,7 +24,11 @@ as plain DDP), and without it accelerate picks NO backend for a rank without CUD
 (its CPU accelerator, gloo): the trainer then computed its batch for one process and DeepSpeed's batch check failed
 (`train_batch_size 16 != 16 * 1 * 2`). With a `deepspeed:` config the plugin leaves ACCELERATE_USE_CPU unset, sets
 DS_ACCELERATOR=cpu, and makes accelerate's backend choice answer gloo (MULTI_CPU) where it found none: accelerate
-then counts the ranks DeepSpeed counts and turns the run into DEEPSPEED on `cpu` (measured: ZeRO-3, 2 ranks).
+then counts the ranks DeepSpeed counts and turns the run into DEEPSPEED on `cpu` (measured: ZeRO-2 and ZeRO-3).
+
+The fifth and sixth, for FSDP2: axolotl builds its device mesh for "cuda" (both ranks died in torch.cuda.set_device)
+— without CUDA it is built for "cpu"; and accelerate selects FSDP only for GPU-type ranks, so a MULTI_CPU run with an
+FSDP plugin silently ran as DDP — without CUDA it is FSDP (measured: lora_sync and restart, 2 ranks, gloo).
 """
 
 from __future__ import annotations
@@ -36,9 +40,10 @@ def _no_cuda_peers() -> bool:
     return True
 
 
-def allow_cpu_ranks(deepspeed: bool = False) -> bool:
+def allow_cpu_ranks(deepspeed: bool = False, fsdp: bool = False) -> bool:
     """Install the CPU answer when this machine has no CUDA; True if it was installed. `deepspeed`: the config
-    names a DeepSpeed config (the ranks then run as DeepSpeed on its CPU accelerator, not as DDP)."""
+    names a DeepSpeed config (the ranks then run as DeepSpeed on its CPU accelerator, not as DDP); `fsdp`: the
+    config shards with FSDP2 (the ranks then run as FSDP over gloo)."""
     import torch
 
     if torch.cuda.is_available():
@@ -49,6 +54,8 @@ def allow_cpu_ranks(deepspeed: bool = False) -> bool:
             _gloo_without_cuda()
         else:
             os.environ.setdefault("ACCELERATE_USE_CPU", "true")
+        if fsdp:
+            _fsdp_on_cpu()
     try:
         import axolotl.utils.trainer as trainer_utils
     except ImportError:  # not under axolotl
@@ -89,6 +96,34 @@ def _gloo_without_cuda() -> None:
 
     _prepare_backend._grpo_cpu_ranks = True
     PartialState._prepare_backend = _prepare_backend
+
+
+def _fsdp_on_cpu() -> None:
+    """FSDP2 on CPU ranks: axolotl builds its device mesh for "cuda" (both ranks died in torch.cuda.set_device),
+    and accelerate selects FSDP only for GPU-type ranks (a MULTI_CPU run would silently be DDP). Without CUDA the
+    mesh is built for "cpu" (gloo has the collectives FSDP2 uses) and a MULTI_CPU run given an FSDP plugin is FSDP."""
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.state import AcceleratorState, DistributedType, PartialState
+
+    build = ParallelismConfig.build_device_mesh
+    if not getattr(build, "_grpo_cpu_ranks", False):
+        def build_device_mesh(self, device_type):
+            return build(self, "cpu" if device_type == "cuda" else device_type)
+
+        build_device_mesh._grpo_cpu_ranks = True
+        ParallelismConfig.build_device_mesh = build_device_mesh
+    init = AcceleratorState.__init__
+    if not getattr(init, "_grpo_cpu_ranks", False):
+        def __init__(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            plugin = kwargs.get("fsdp_plugin")
+            if plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
+                self.distributed_type = DistributedType.FSDP
+                self.fsdp_plugin = plugin
+                PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+
+        __init__._grpo_cpu_ranks = True
+        AcceleratorState.__init__ = __init__
 
 
 def cpu_device_map(cfg) -> bool:
