@@ -141,3 +141,22 @@ def test_for_accelerator_leads_only_when_the_weights_are_sharded(stage, fsdp2, l
     got = for_accelerator(acc)
     assert isinstance(got, LeadFollow if lead else OneCopy)
     assert lead is None or got.name == lead
+
+
+def test_every_sync_and_wrapper_says_what_a_push_reads():
+    """The trainer gathers `weight_sync.reads` around each push: the Atropos fence and the quantized-base wrapper
+    pass their inner mode's answer on (a missing one broke every Atropos run once)."""
+    from grpo_plugin.sync.fence import FencedSync
+    from grpo_plugin.sync.ipc import IpcSync
+    from grpo_plugin.sync.lora import LoraSync
+    from grpo_plugin.sync.restart import RestartSync
+    from grpo_plugin.sync.served_base import ServedBase
+
+    assert (LoraSync.reads, RestartSync.reads, IpcSync.reads) == ("trainable", "all", "all")
+    lora = SimpleNamespace(mode="lora_sync", needs_initial_push=True, starts_server=False, reads="trainable",
+                           writes_in_place=False)
+    full = SimpleNamespace(mode="restart", needs_initial_push=True, starts_server=False, reads="all",
+                           writes_in_place=True)
+    assert ServedBase(lora, client=None).reads == "trainable"
+    assert FencedSync(ServedBase(lora, client=None), fence=None).reads == "trainable"
+    assert FencedSync(full, fence=None).reads == "all"

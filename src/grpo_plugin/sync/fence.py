@@ -61,6 +61,10 @@ class FencedSync:
         return self.inner.generation_model
 
     @property
+    def reads(self) -> str:
+        return self.inner.reads
+
+    @property
     def writes_in_place(self) -> bool:
         return self.inner.writes_in_place
 
