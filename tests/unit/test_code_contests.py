@@ -109,6 +109,58 @@ def test_stdin_stdout_programs(sandbox):
     assert res["writes outside"].passed == [False] * 3 and not Path("/tmp/owned-by-a-completion").exists()
 
 
+
+FOUR = [(f"1\n{k}\n", f"{k}\n") for k in (1, 2, 3, 4)]  # one number in, the same number out
+ECHO = "n = int(input())\nx = int(input())\n"
+
+
+def test_how_contest_solutions_end_their_process_is_honoured():
+    """The endings fast contest solutions use, as a fresh interpreter would run them: work in a thread nobody
+    joins, output buffered until exit (atexit, a replaced sys.stdout), os._exit(0) after a flush, open(0)."""
+    programs = {
+        "work in an unjoined thread": "import sys, threading\nthreading.stack_size(1 << 24)\n"
+                                      "def main():\n    " + ECHO.replace("\n", "\n    ") + "print(x)\n"
+                                      "threading.Thread(target=main).start()\n",
+        "output flushed by atexit": "import atexit, io, sys\nbuf = io.StringIO()\n"
+                                    "atexit.register(lambda: sys.__stdout__.write(buf.getvalue()))\n"
+                                    + ECHO + "buf.write(f'{x}\\n')\n",
+        "a replaced, buffered sys.stdout": "import io, os, sys\n"
+                                           "sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, 'w', "
+                                           "closefd=False), 1 << 16))\n" + ECHO + "print(x)\n",
+        "os._exit(0) after a flush": "import os, sys\n" + ECHO + "print(x)\nsys.stdout.flush()\nos._exit(0)\n",
+        "open(0)": "data = open(0).read().split()\nprint(data[1])\n",
+        "os._exit(0) before the flush": "import os\n" + ECHO + "print(x)\nos._exit(0)\n",  # lost, as in Python
+    }
+    with Sandbox(Limits(wall_s=2.0, memory_mb=512)) as sb:
+        res = dict(zip(programs, sb.run_suites([StdioSuite(code, FOUR) for code in programs.values()])))
+    for name in list(programs)[:-1]:
+        assert res[name].passed == [True] * 4, (name, res[name])
+    assert res["os._exit(0) before the flush"].passed == [False] * 4
+
+
+def test_one_test_that_crashes_floods_or_hangs_costs_only_itself(sandbox):
+    """The tests of a stdio program share a process; one that ends it fails alone and the rest still run."""
+    crash = "import os\n" + ECHO + "if x == 2:\n    os.abort()\nprint(x)\n"
+    flood = ECHO + "while x == 2:\n    print('x' * 4096)\nprint(x)\n"
+    hang = ECHO + "while x == 3:\n    pass\nprint(x)\n"
+    raises = ECHO + "if x == 1:\n    raise KeyError(x)\nprint(x)\n"
+    exits = "import sys\n" + ECHO + "print(x)\nsys.exit(3 if x == 4 else 0)\n"
+    res = sandbox.run_suites([StdioSuite(code, FOUR) for code in (crash, flood, hang, raises, exits)])
+    assert res[0].passed == [True, False, True, True] and "ended the process" in res[0].detail[1]
+    assert res[1].passed == [True, False, True, True] and "printed more than" in res[1].detail[1]
+    assert res[2].passed == [True, True, False, True] and "timed out" in res[2].detail[2]
+    assert res[3].passed == [False, True, True, True] and res[3].detail[0] == "the program raised KeyError"
+    assert res[4].passed == [True, True, True, False] and res[4].detail[3] == "exit status 3"
+
+
+def test_stdio_tests_are_grouped_by_input_size():
+    from grpo_plugin.sandbox.zygote import Zygote
+
+    job = {"tests": [{"input": "x" * n} for n in (5, 5, 5, 12, 1)]}
+    assert [(a, b) for _, a, b in Zygote.stdio_units(job, most_input=10)] == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    assert [(a, b) for _, a, b in Zygote.stdio_units(job)] == [(0, 5)]
+    assert Zygote.stdio_units({"tests": []}) == []
+
 def test_stdout_comparison_can_be_exact_and_time_limits_come_from_the_row(sandbox):
     code = "print('1.0000001  2')\n"
     tokens, exact = sandbox.run_suites([StdioSuite(code, [("", "1 2")]), StdioSuite(code, [("", "1 2")],

@@ -14,7 +14,7 @@ verdict (the code is not adversarial here); the figure is completions scored per
 
 The stdin/stdout path (`stdio` in the output): `--problems` synthetic problems (read numbers, print a function of
 them) x `--group` completions, half of them wrong, 4 tests each; naive: a fresh `python` per test with the input on
-stdin, pass = exit status 0 and the same output tokens; sandbox: StdioSuite (a fresh child per test).
+stdin, pass = exit status 0 and the same output tokens; sandbox: StdioSuite (a child per program, a run per test).
 """
 
 from __future__ import annotations

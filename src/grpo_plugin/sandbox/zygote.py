@@ -1,6 +1,6 @@
 """The sandbox's fork server. Runs as `python -I -S zygote.py CONFIG_JSON` (standard library only, no site-packages,
 an empty environment), started and fed by sandbox/host.py. It never runs model-written code itself and never
-judges: it forks one child per program (per test for stdin/stdout programs), collects what the child computed,
+judges: it forks one child per program (stdin/stdout tests too: one run each), collects what the child computed,
 and sends that to the trainer side, which judges (sandbox/judge.py). Nothing a job carries here holds an expected
 value: the tests' expected sides stay in the trainer, so no child can read them, whatever it reaches in memory.
 
@@ -27,7 +27,9 @@ Per child:
 
 from __future__ import annotations
 
+import atexit
 import builtins
+import io
 import json
 import os
 import resource
@@ -35,13 +37,17 @@ import selectors
 import signal
 import stat
 import sys
-import tempfile
 import time
+import warnings
 
 PRELOAD = ("math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string", "typing",
-           "random", "json", "fractions", "decimal", "statistics", "operator", "copy", "dataclasses", "enum",
-           "datetime", "hashlib", "textwrap", "unicodedata", "array", "queue", "io", "threading", "select",
-           "socket", "gc")  # not subprocess: it would bind _posixsubprocess.fork_exec (fork+exec, not audited)
+           "json", "fractions", "decimal", "operator", "copy", "dataclasses", "enum", "datetime", "hashlib",
+           "textwrap", "unicodedata", "array", "io", "select", "socket", "gc")
+# Not preloaded: subprocess (it would bind _posixsubprocess.fork_exec: fork+exec, not audited), and every module
+# that registers an at-fork handler, which would then run in EVERY child: `threading` (and `queue`, which imports
+# it) and `random` (and `statistics`, `tempfile`, which import it) cost ~0.45 ms of each child's CPU that way (a
+# fork+exit of this server: 0.7 ms of child CPU with them loaded, 0.2 without). A program that imports them
+# pays its import (~1 ms) instead (tests/unit/test_sandbox.py checks none of them is loaded here).
 # Operations refused (PermissionError inside the program, which may catch it). Imports of the modules that hold
 # them work; refusing the import was stricter than a real locked-down machine and failed correct solutions that
 # import `resource` or `socket` and never use them (or handle the failure).
@@ -343,12 +349,7 @@ def _child(job: dict, start: int, end: int, nonce: str, fds: dict, scratch: str,
         if os.getppid() == 1:
             exit_(0)
         os.setsid()
-        if stdio:
-            stdin = os.open(os.path.join(scratch, ".stdin"), os.O_RDONLY | os.O_NOFOLLOW)
-            os.unlink(os.path.join(scratch, ".stdin"))
-        else:
-            stdin = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(stdin, 0)
+        os.dup2(os.open("/dev/null", os.O_RDONLY), 0)  # stdio tests: each test's input replaces it
         os.dup2(fds["out"], 1)
         os.dup2(fds.get("err", fds["out"]), 2)
         if landlock is not None:
@@ -366,7 +367,9 @@ def _child(job: dict, start: int, end: int, nonce: str, fds: dict, scratch: str,
         _SYSCALL = _PRCTL = _make_buffer = None  # libc's entry points: gone before any program code runs
         import gc
 
-        gc.disable()  # a short-lived child: no collector passes over the zygote's pages (and no cycles to free)
+        if not stdio:  # a short-lived child: no collector passes (stdio runs every test: cycles must be freed)
+            gc.disable()
+        sys.argv[:] = ["solution.py"]
         namespace = {"__name__": "__main__" if stdio else "solution", "__builtins__": builtins}
         tests = []
         for code in test_code:  # compiled in the fork server, once per distinct test
@@ -376,10 +379,9 @@ def _child(job: dict, start: int, end: int, nonce: str, fds: dict, scratch: str,
             scope = {}
             exec(code, namespace, scope)
             tests.append(scope["__grpo_test__"])
-        if program is None:  # compiled here (calls) or once per job in the fork server (stdio, a child per test)
-            program = compile(job["code"], "<completion>", "exec")
         plain, encode = plain_encode
         base_exc, system_exit = BaseException, SystemExit
+        code_text = job["code"]
         flush_out, flush_err = sys.stdout.flush, sys.stderr.flush
 
         def rec(i: int, lines: list):
@@ -406,12 +408,18 @@ def _child(job: dict, start: int, end: int, nonce: str, fds: dict, scratch: str,
             raise SandboxViolation("sandbox: starting a process is not permitted")
         stub.fork_exec = fork_exec
         sys.modules["_posixsubprocess"] = stub
+        if stdio:
+            run_stdio = _stdio_runner(start, end, nonce, scratch, program)
         sys.addaudithook(_audit_hook(scratch_real, readable))
         del job, limits, readable, fds
     except BaseException as exc:  # noqa: BLE001 - a setup failure is reported, not raised
         write(w, f"{nonce} X setup {type(exc).__name__}: {exc}\n".encode())
         exit_(0)
     try:
+        if program is None:  # it did not compile in the fork server: compiled again, to report why
+            program = compile(code_text, "<completion>", "exec")
+        if stdio:
+            run_stdio(program)  # never returns
         exec(program, namespace)
     except system_exit as exc:
         if exc.code not in (None, 0):
@@ -425,9 +433,6 @@ def _child(job: dict, start: int, end: int, nonce: str, fds: dict, scratch: str,
         flush_err()
     except base_exc:  # noqa: BLE001
         pass
-    if stdio:
-        write(w, f"{nonce} T {start}\n".encode())
-        exit_(0)
     write(w, f"{nonce} D\n".encode())
     # test i runs from the end of test i-1 (or D) on: no start line; its slots and its end go in one write
     for i, test in enumerate(tests, start):
@@ -444,6 +449,76 @@ def _child(job: dict, start: int, end: int, nonce: str, fds: dict, scratch: str,
                 lines.append(f"{nonce} {'P' if verdict is True else 'T'} {i}\n")
         write(w, "".join(lines).encode())
     exit_(0)
+
+
+def _stdio_runner(start: int, end: int, nonce: str, scratch: str, program):
+    """In the child, before the audit hook: a function that runs stdin/stdout tests [start, end) one after the
+    other, each as a fresh `__main__` with its own input on fd 0 (a file the fork server wrote), and ends the
+    child. After each run, what the interpreter does at exit: non-daemon threads joined, atexit handlers run,
+    sys.stdout/sys.stderr flushed (fast-IO templates buffer output until then). Then `NUL nonce T|F i ...` on
+    stdout itself, so the fork server splits the output stream per test in order. Everything it calls is bound
+    here, before the program runs (nothing the program rebinds changes it); the program could still write a
+    status of its own only by knowing the nonce, and it would only misplace its own output."""
+    write, exit_, os_open, unlink, dup2, close = os.write, os._exit, os.open, os.unlink, os.dup2, os.close
+    io_open, modules, sys_, builtins_, base_exc, system_exit = io.open, sys.modules, sys, builtins, BaseException, \
+        SystemExit
+    type_, str_, none = type, str, None
+    run_exitfuncs, clear_exitfuncs = atexit._run_exitfuncs, atexit._clear
+    std_out, std_err, enc, errs = sys.stdout, sys.stderr, sys.stdin.encoding, sys.stdin.errors
+    flags, inputs, mark = os.O_RDONLY | os.O_NOFOLLOW, os.path.join(scratch, ".stdin."), f"\0{nonce} "
+
+    def word(text) -> str:
+        return "".join(str_(text).split())[:80] or "?"
+
+    def like_exit():  # what the interpreter would do at exit (the program's own code may run here)
+        th = modules.get("threading")
+        if th is not None:
+            main = th.main_thread()
+            for t in th.enumerate():
+                if t is not main and not t.daemon:
+                    t.join()
+        run_exitfuncs()
+        clear_exitfuncs()
+        for stream in (sys_.stdout, sys_.stderr):
+            if stream is not none:
+                stream.flush()
+
+    def run(code) -> None:
+        for i in range(start, end):
+            status = f"T {i}"
+            try:
+                fd = os_open(f"{inputs}{i}", flags)
+                unlink(f"{inputs}{i}")
+                if fd != 0:  # 0 when the last test closed its stdin (`open(0)`, collected as it ended)
+                    dup2(fd, 0)
+                    close(fd)
+                sys_.stdin = sys_.__stdin__ = io_open(0, "r", encoding=enc, errors=errs, closefd=False)
+                sys_.stdout, sys_.__stdout__, sys_.stderr, sys_.__stderr__ = std_out, std_out, std_err, std_err
+            except base_exc as exc:  # noqa: BLE001 - its input was removed or replaced by an earlier test
+                status = f"F {i} no input ({word(type_(exc).__name__)})"
+            else:
+                try:
+                    exec(code, {"__name__": "__main__", "__builtins__": builtins_})
+                except system_exit as exc:
+                    if exc.code is not none and exc.code != 0:
+                        status = f"F {i} exit status {word(exc.code)}"
+                except base_exc as exc:  # noqa: BLE001
+                    status = f"F {i} the program raised {word(type_(exc).__name__)}"
+                try:
+                    like_exit()
+                except base_exc:  # noqa: BLE001 - as at exit: reported on stderr by Python, not a failure
+                    pass
+            try:
+                std_out.flush()
+                std_err.flush()
+            except base_exc:  # noqa: BLE001
+                pass
+            try:
+                write(1, f"{mark}{status}\n".encode())
+            except base_exc:  # noqa: BLE001 - the program closed or replaced fd 1: this test ends the child
+                exit_(70)
+        exit_(0)
+    return run
 
 
 # ---- the zygote ----------------------------------------------------------------------------------------
@@ -465,8 +540,8 @@ class _Run:
         self.budget = sum(wall[start:end]) + limits["wall_s"] + 1.0
         self.hard_deadline = time.monotonic() + self.budget
         self.done = False  # the program raised / setup failed: nothing more will run
-        self.defined = False  # the program's code ran to its end
-        self.stdout_len = 0
+        self.defined = job["mode"] == "stdio"  # the program's code ran to its end (stdio: tests start at once)
+        self.mark = b"\0" + nonce.encode() + b" "  # stdio: ends a test's output, followed by its status line
 
 
 class Zygote:
@@ -487,6 +562,7 @@ class Zygote:
         self.pending: dict[int, int] = {}  # job id -> units not finished
         self.children: set[_Run] = set()  # running
         self.sel = selectors.DefaultSelector()
+        self.made = 0  # scratch directories made
 
     def compiled(self, src: str | None):
         if src is None:
@@ -504,27 +580,33 @@ class Zygote:
 
     # -- children
     def spawn(self, job: dict, start: int, end: int) -> None:
-        scratch = tempfile.mkdtemp(prefix=f"job{job['id']}-", dir=self.root)
-        if job["mode"] == "stdio":
-            fd = os.open(os.path.join(scratch, ".stdin"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-            try:
-                data = job["tests"][start]["input"].encode()
-                while data:
-                    data = data[os.write(fd, data):]
-            finally:
-                os.close(fd)
+        self.made += 1  # a fresh name under the root only this server writes to (children are confined below it)
+        scratch = os.path.join(self.root, f"job{job['id']}-{self.made}")
+        os.mkdir(scratch, 0o700)
+        if job["mode"] == "stdio":  # each test's input, read by the child as that test starts
+            for i in range(start, end):
+                fd = os.open(os.path.join(scratch, f".stdin.{i}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+                try:
+                    data = job["tests"][i]["input"].encode()
+                    while data:
+                        data = data[os.write(fd, data):]
+                finally:
+                    os.close(fd)
         # stdio: stdout is the answer, stderr diagnostics; otherwise both are diagnostics, on one pipe
         pipes = {k: os.pipe() for k in (("w", "out", "err") if job["mode"] == "stdio" else ("w", "out"))}
         nonce = os.urandom(16).hex()
         test_code = [self.compiled(t.get("child")) for t in job["tests"][start:end]] if job["mode"] != "stdio" else []
-        program = None
-        if job["mode"] == "stdio":  # one child per test: compile the program once, here
-            if "_program" not in job:
-                try:
+        # the program is compiled here, once per job (a stdio job runs a child per test; a calls job a second
+        # child after a test that killed the first): 57 us here, ~380 us in a child, whose compiler allocations
+        # land on pages shared with this server and each costs a copy-on-write fault
+        if "_program" not in job:
+            try:
+                with warnings.catch_warnings():  # a SyntaxWarning would go to this server's stderr, per program
+                    warnings.simplefilter("ignore")
                     job["_program"] = compile(job["code"], "<completion>", "exec")
-                except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-                    job["_program"] = None  # compiled again in the child, which reports the error
-            program = job["_program"]
+            except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+                job["_program"] = None  # compiled again in the child, which reports the error
+        program = job["_program"]
         pid = os.fork()
         if pid == 0:
             for r, _ in pipes.values():
@@ -568,8 +650,8 @@ class Zygote:
                 raise ProtocolError(f"test {i} ended while test {run.current} ran")
             t = res["tests"][i]
             t["status"] = {"P": "passed", "T": "returned", "F": "raised"}[kind]
-            t["why"] = parts[3] if kind == "F" and len(parts) > 3 else ""
-            if run.job["mode"] != "stdio" and i + 1 < run.end:  # the next test starts now
+            t["why"] = " ".join(parts[3:]) if kind == "F" else ""
+            if i + 1 < run.end:  # the next test starts now
                 run.current = i + 1
                 run.deadline = time.monotonic() + run.job["wall_s"][i + 1]
             else:
@@ -609,13 +691,31 @@ class Zygote:
                 self.on_line(run, line)
             if len(run.buf["w"]) > cap["value_bytes"]:
                 raise ProtocolError(f"a result larger than {cap['value_bytes'] >> 10} KiB")
-        elif which == "out" and run.job["mode"] == "stdio":  # the answer (calls mode: 'out' is diagnostics)
-            run.stdout_len += len(chunk)
-            if run.stdout_len > cap["output_bytes"]:
+        elif which == "out" and run.job["mode"] == "stdio":  # the answers (calls mode: 'out' is diagnostics)
+            buf, mark = run.buf["out"] + chunk, run.mark
+            while (k := buf.find(mark)) >= 0 and (nl := buf.find(b"\n", k)) >= 0:  # test `current` ended
+                if run.current is not None:
+                    self.results[run.job["id"]]["tests"][run.current]["stdout"] = buf[:k].decode(errors="replace")
+                self.on_line(run, buf[k + 1:nl])
+                buf = buf[nl + 1:]
+            run.buf["out"] = buf
+            if len(buf) > cap["output_bytes"] + len(mark) + 64:
                 raise ProtocolError(f"printed more than {cap['output_bytes'] >> 10} KiB")
-            run.buf["out"] += chunk
         elif len(run.buf["err"]) < OUT_READ_CAP:  # diagnostics: the first KB, the rest read and dropped
             run.buf["err"] += chunk[:OUT_READ_CAP - len(run.buf["err"])]
+
+    def drain(self, run: _Run) -> str | None:
+        """Read what the child's pipes hold now (it may have ended a test just before its deadline); None, or why
+        the child must be killed."""
+        for which, r in run.fds.items():
+            try:
+                while chunk := os.read(r, 65536):
+                    why = self.feed(run, which, chunk)
+                    if why is not None:
+                        return why
+            except OSError:  # nothing more now (BlockingIOError), or the pipe is gone
+                pass
+        return None
 
     def finish(self, run: _Run, why: str | None) -> None:
         """The child ended (or is being killed): collect it, fail the test it died in, go on after it."""
@@ -624,16 +724,13 @@ class Zygote:
         except OSError:
             pass
         try:
-            os.waitpid(run.pid, 0)
+            status = os.waitpid(run.pid, 0)[1]
         except ChildProcessError:
-            pass
+            status = -1
         self.children.discard(run)
-        for which, r in run.fds.items():
-            try:
-                while why is None and (chunk := os.read(r, 65536)):  # it ended by itself: what it left
-                    why = self.feed(run, which, chunk)
-            except OSError:
-                pass
+        bad = self.drain(run)  # what it wrote before it ended
+        why = why or bad
+        for r in run.fds.values():
             if r in self.runs:
                 self.sel.unregister(r)
                 del self.runs[r]
@@ -650,19 +747,19 @@ class Zygote:
         diag = run.buf["err"].decode(errors="replace")
         if diag and not res["output"]:
             res["output"] = diag[:OUT_READ_CAP]
-        if job["mode"] == "stdio":
-            t = res["tests"][run.start]
-            t["stdout"] = run.buf["out"].decode(errors="replace")
-            if not t["status"]:
-                t["status"], t["why"] = "killed", reason
-        elif not run.done:
+        if not run.done:
             if not run.defined:  # died while defining the program: no test can run
                 for i in range(run.start, run.end):
                     if not res["tests"][i]["status"]:
                         res["tests"][i]["status"], res["tests"][i]["why"] = "killed", f"{reason} (before the tests)"
             elif run.current is not None:  # died in test `current`: it fails, the rest run in a fresh child
                 t = res["tests"][run.current]
-                t["status"], t["why"] = "killed", reason
+                if job["mode"] == "stdio" and why is None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+                    # a stdio program that ended its own process with status 0 (os._exit(0) after printing, as
+                    # fast contest solutions do): what it printed is its answer, as for any judge
+                    t["status"], t["stdout"] = "returned", run.buf["out"].decode(errors="replace")
+                else:
+                    t["status"], t["why"] = "killed", reason
                 if run.current + 1 < run.end:
                     self.queue.insert(0, (job, run.current + 1, run.end))
                     return
@@ -689,11 +786,26 @@ class Zygote:
         job["wall_s"] = [float(t.get("wall_s") or self.limits["wall_s"]) for t in job["tests"]]
         self.results[job["id"]] = {"id": job["id"], "output": "",
                                    "tests": [{"status": "", "why": "", "slots": {}} for _ in range(n)]}
-        units = [(job, i, i + 1) for i in range(n)] if job["mode"] == "stdio" else [(job, 0, n)] if n else []
+        units = self.stdio_units(job) if job["mode"] == "stdio" else [(job, 0, n)] if n else []
         self.pending[job["id"]] = len(units)
         if not units:
             self.reply(job["id"])
         self.queue.extend(units)
+
+    @staticmethod
+    def stdio_units(job: dict, most_input: int = 16 << 20) -> list[tuple[dict, int, int]]:
+        """A stdio job's tests in children of at most `most_input` bytes of input each (written to its scratch
+        directory before it starts), in order; one child for all of them in the usual case."""
+        units, first, size = [], 0, 0
+        for i, t in enumerate(job["tests"]):
+            n = len(t["input"])
+            if i > first and size + n > most_input:
+                units.append((job, first, i))
+                first, size = i, 0
+            size += n
+        if job["tests"]:
+            units.append((job, first, len(job["tests"])))
+        return units
 
     def serve(self) -> None:
         stdin = sys.stdin.fileno()
@@ -747,10 +859,14 @@ class Zygote:
                 run.fds = {k: v for k, v in run.fds.items() if v != key.fd}
             now = time.monotonic()
             for run in list(self.children):
-                if now > run.hard_deadline:
-                    self.finish(run, f"timed out (the whole run's {run.budget:g} s budget)")
-                elif now > run.deadline:
-                    self.finish(run, f"timed out after {run.job['wall_s'][run.current or run.start]:g} s")
+                if now > run.hard_deadline or now > run.deadline:
+                    bad = self.drain(run)  # a test that ended just in time advanced the deadline
+                    if bad is not None:
+                        self.finish(run, bad)
+                    elif now > run.hard_deadline:
+                        self.finish(run, f"timed out (the whole run's {run.budget:g} s budget)")
+                    elif now > run.deadline:
+                        self.finish(run, f"timed out after {run.job['wall_s'][run.current or run.start]:g} s")
 
 
 def _remove_tree(root: str) -> None:
