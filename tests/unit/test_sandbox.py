@@ -309,10 +309,12 @@ def test_files_are_confined_by_the_kernel_not_by_path_strings(sandbox, tmp_path)
 
 
 def test_the_fork_server_survives_what_hung_or_crashed_it(sandbox):
-    """A FIFO where its output was read (hung it), a 2000-deep tree in the scratch dir (crashed the recursive
-    cleanup): every program of the batch still gets its verdicts, and no scratch directory is left."""
+    """A FIFO where its output was read (hung it), a deep tree in the scratch dir (2000 deep crashed the recursive
+    cleanup; Limits.files now stops it at 256): every program of the batch still gets its verdicts, and no scratch
+    directory is left."""
     fifo = "import os\nos.mkfifo('.out')\n"
-    deep = "import os\nfor _ in range(2000):\n    os.mkdir('d')\n    os.chdir('d')\n"
+    deep = ("import os\nfor _ in range(2000):\n    try:\n        os.mkdir('d')\n    except PermissionError:\n"
+            "        break\n    os.chdir('d')\n")  # as deep as it may (Limits.files directories)
     flood = "import os\nos.write(3, b'x' * (64 << 20))\n"  # a line without end on every descriptor it may guess
     good = "def add(a, b):\n    return a + b\n"
     t0 = time.monotonic()
@@ -365,3 +367,17 @@ def test_no_module_with_an_at_fork_handler_is_loaded_in_the_fork_server(sandbox)
             "import random, threading\ndraw = random.getrandbits(64)\n")
     res = sandbox.run([(code, ["assert loaded == []", "assert draw > 0"])])[0]
     assert res.passed == [True, True], res
+
+
+def test_a_program_cannot_fill_the_disk():
+    """RLIMIT_FSIZE caps each file; the count of files written caps how many: past it, PermissionError. SQLite
+    (which makes files itself, with no audit event) is refused at import, saying why."""
+    code = ("written = 0\nrefused = None\n"
+            "for k in range(20):\n"
+            "    try:\n        open(f'f{k}', 'w').write('x' * 10)\n        written += 1\n"
+            "    except PermissionError as exc:\n        refused = str(exc)\n        break\n"
+            "try:\n    import sqlite3\n    sq = 'imported'\nexcept PermissionError as exc:\n    sq = str(exc)\n")
+    with Sandbox(Limits(wall_s=2.0, memory_mb=512, files=8)) as sb:
+        res = sb.run([(code, ["assert written == 8", "assert 'more than 8 files' in refused",
+                              "assert 'SQLite makes files itself' in sq"])])[0]
+    assert res.passed == [True, True, True], res

@@ -44,11 +44,12 @@ class Limits:
     memory_mb: int = 2048  # address space of each program (RLIMIT_AS)
     output_kb: int = 1024  # most a program may print per test (stdout), and largest file it may write
     value_kb: int = 16384  # largest value a test's call may return (sent back as plain data)
+    files: int = 256  # files a program may write or make (each at most output_kb): its share of the disk
 
     def to_json(self) -> dict:
         return {"wall_s": float(self.wall_s), "memory_bytes": int(self.memory_mb) << 20,
                 "output_bytes": int(self.output_kb) << 10, "value_bytes": int(self.value_kb) << 10,
-                "max_fd_scan": 1024}
+                "max_files": int(self.files), "max_fd_scan": 1024}
 
 
 class Sandbox:

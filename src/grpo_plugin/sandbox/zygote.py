@@ -71,6 +71,8 @@ BLOCKED_IMPORTS = {
     "tracemalloc": "walks every allocation's frames", "_tracemalloc": "walks every allocation's frames",
     "_xxsubinterpreters": "new interpreters without this audit hook",
     "_interpreters": "new interpreters without this audit hook",
+    "_sqlite3": "SQLite makes files itself (ATTACH) with no audit event: the cap on files written would not hold",
+    "_dbm": "makes files with no audit event", "_gdbm": "makes files with no audit event",
 }
 FRAME_ATTRS = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_globals", "f_locals", "__code__",
                "gi_code", "cr_code", "f_builtins"}
@@ -273,14 +275,22 @@ def _make_plain():
 
 
 # ---- the child -----------------------------------------------------------------------------------------
-def _audit_hook(scratch: str, readable: tuple[str, ...]):
-    """The child's audit hook. Bound to locals: nothing the program can reach changes what it refuses."""
+def _audit_hook(scratch: str, readable: tuple[str, ...], max_files: int):
+    """The child's audit hook. Bound to locals: nothing the program can reach changes what it refuses. Opens for
+    writing, directories made and renames are counted: past `max_files` they are refused (RLIMIT_FSIZE caps each
+    file, so the scratch directory, on the trainer's disk, cannot be filled)."""
     blocked, blocked_imports, frame_attrs = frozenset(BLOCKED_EVENTS), dict(BLOCKED_IMPORTS), \
         frozenset(FRAME_ATTRS)
     fspath, realpath, isinstance_, str_, int_ = os.fspath, os.path.realpath, isinstance, str, int
     getrlimit, infinity = resource.getrlimit, resource.RLIM_INFINITY
     dev_ok = ("/dev/null", "/dev/urandom", "/dev/random", "/dev/zero")
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+    made = [0]  # opens for writing, mkdir, rename: every one counts (a dir_fd makes path strings ambiguous)
+
+    def count() -> None:
+        made[0] += 1
+        if made[0] > max_files:
+            raise SandboxViolation(f"sandbox: more than {max_files} files written (each at most RLIMIT_FSIZE)")
 
     def inside(path, roots) -> bool:
         p = realpath(fspath(path))
@@ -317,6 +327,8 @@ def _audit_hook(scratch: str, readable: tuple[str, ...]):
             if isinstance_(path, bytes):
                 path = path.decode(errors="replace")
             writing = (isinstance_(mode, str_) and any(c in mode for c in "wax+")) or (flags & write_flags)
+            if writing and path != "/dev/null":
+                count()
             if inside(path, (scratch,)):
                 return
             if not writing and (path in dev_ok or inside(path, readable)):
@@ -327,6 +339,8 @@ def _audit_hook(scratch: str, readable: tuple[str, ...]):
         elif event in ("os.remove", "os.rmdir", "os.mkdir", "os.rename", "os.chmod", "os.utime", "os.chdir",
                        "shutil.rmtree", "shutil.move", "shutil.copyfile", "os.listdir", "os.scandir",
                        "os.truncate"):
+            if event in ("os.mkdir", "os.rename", "shutil.copyfile", "shutil.move"):
+                count()
             for a in args:
                 if isinstance_(a, (str_, bytes)) or hasattr(a, "__fspath__"):
                     p = fspath(a)
@@ -410,7 +424,7 @@ def _child(job: dict, start: int, end: int, nonce: str, fds: dict, scratch: str,
         sys.modules["_posixsubprocess"] = stub
         if stdio:
             run_stdio = _stdio_runner(start, end, nonce, scratch, program)
-        sys.addaudithook(_audit_hook(scratch_real, readable))
+        sys.addaudithook(_audit_hook(scratch_real, readable, limits["max_files"]))
         del job, limits, readable, fds
     except BaseException as exc:  # noqa: BLE001 - a setup failure is reported, not raised
         write(w, f"{nonce} X setup {type(exc).__name__}: {exc}\n".encode())
