@@ -72,7 +72,7 @@ def _naive_stdio(code: str, case: tuple[str, str]) -> bool:
     return out.returncode == 0 and out.stdout.split() == case[1].split()
 
 
-def _best_of(run, rounds: int = 3) -> tuple[float, list]:
+def _best_of(run, rounds: int = 10) -> tuple[float, list]:
     """(best seconds, results) of `rounds` runs of `run()` on the warm fork server (what every step after the
     first costs)."""
     best, results = float("inf"), []
