@@ -16,10 +16,12 @@ Per child:
 - its own session (process group), `RLIMIT_CPU`, `RLIMIT_AS` (memory), `RLIMIT_FSIZE` (files), `RLIMIT_NOFILE`,
   no core dumps; a wall-clock deadline per test and one for the whole run, both enforced here (SIGKILL);
 - stdout and stderr are pipes read here: capped (a program that floods is killed), never a file it could replace;
-  stdin is its test's input (stdin/stdout tests) or /dev/null;
+  stdin is its test's input (stdin/stdout tests: a file, one per test, all run in the child one after the
+  other) or /dev/null;
 - an audit hook (PEP 578, cannot be removed from Python code) refusing, with PermissionError: creating processes
   (also for root, where `RLIMIT_NPROC` does not apply), signalling processes, sockets, raising a resource limit,
-  frame and garbage-collector introspection, ctypes; the path checks below Landlock's, as a second layer;
+  frame and garbage-collector introspection, ctypes, more than `max_files` files written (with RLIMIT_FSIZE: a
+  bounded share of the disk); the path checks below Landlock's, as a second layer;
 - every line it sends is parsed here as untrusted: a line without the child's nonce is ignored, a malformed one
   ends that child (its test fails), test and slot numbers are checked, sizes are capped. One child's failure, or
   this server failing to clean up after it, costs only that child's tests.
@@ -610,9 +612,9 @@ class Zygote:
         pipes = {k: os.pipe() for k in (("w", "out", "err") if job["mode"] == "stdio" else ("w", "out"))}
         nonce = os.urandom(16).hex()
         test_code = [self.compiled(t.get("child")) for t in job["tests"][start:end]] if job["mode"] != "stdio" else []
-        # the program is compiled here, once per job (a stdio job runs a child per test; a calls job a second
-        # child after a test that killed the first): 57 us here, ~380 us in a child, whose compiler allocations
-        # land on pages shared with this server and each costs a copy-on-write fault
+        # the program is compiled here, once per job (the tests after one that killed a child run in a second
+        # child): 57 us here, ~380 us in a child, whose compiler allocations land on pages shared with this
+        # server and each costs a copy-on-write fault
         if "_program" not in job:
             try:
                 with warnings.catch_warnings():  # a SyntaxWarning would go to this server's stderr, per program
