@@ -106,3 +106,20 @@ def test_dataset_check_command_exit_status(dataset, tmp_path):
     ok = subprocess.run([sys.executable, "-m", "grpo_plugin.codedata.check", str(clean), "--json"],
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and json.loads(ok.stdout)["ok"] == 1
+
+
+def test_sandbox_limits_come_from_the_environment(monkeypatch):
+    import rewards.code as code
+
+    monkeypatch.setattr(code, "_SANDBOX", None)
+    for key, value in {"GRPO_SANDBOX_TIMEOUT_S": "1.5", "GRPO_SANDBOX_MEMORY_MB": "256", "GRPO_SANDBOX_FILES": "3",
+                       "GRPO_SANDBOX_WORKERS": "1"}.items():
+        monkeypatch.setenv(key, value)
+    sb = code.sandbox()
+    try:
+        assert (sb.limits.wall_s, sb.limits.memory_mb, sb.limits.files, sb.workers) == (1.5, 256, 3, 1)
+        res = sb.run([("n = 0\ntry:\n    for k in range(5):\n        open(f'f{k}', 'w').close()\n        n += 1\n"
+                       "except PermissionError:\n    pass\n", ["assert n == 3"])])[0]
+        assert res.passed == [True], res
+    finally:
+        sb.close()
