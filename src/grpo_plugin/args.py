@@ -413,7 +413,7 @@ def _check_ipc(data: dict) -> None:
     if want and have not in (None, "auto") and str(have).removeprefix("torch.") not in aliases.get(want, (want,)):
         problems.append(f"`vllm.dtype: {have}` but the trainer trains in {want}: one shared copy has one dtype. "
                         "Remove vllm.dtype (the plugin passes the trainer's dtype) or change the precision keys.")
-    if data.get("deepspeed") or _uses_fsdp(data):
+    if data.get("deepspeed") or uses_fsdp(data):
         problems.append("`deepspeed` / `fsdp`: ipc needs the trainer's parameters to stay views of the ONE shared "
                         "copy; DeepSpeed flattens them (ZeRO-1/2) or splits them across ranks (ZeRO-3), FSDP shards "
                         "them — a gathered copy would be the second copy ipc exists to avoid. Remove them: ipc runs "
@@ -477,7 +477,7 @@ def _check_atropos(data: dict, atropos) -> None:
 
 def _check_sharded(data: dict, sync) -> None:
     """FSDP (2 only) and ZeRO-3: what the plugin's gathered push (sync/ranks.py) does not cover, refused saying why."""
-    fsdp = _uses_fsdp(data)
+    fsdp = uses_fsdp(data)
     zero3 = _zero_stage(data) == 3
     if not (fsdp or zero3):
         return
@@ -517,7 +517,8 @@ def _zero_stage(data: dict) -> int | None:
         return None
 
 
-def _uses_fsdp(data: dict) -> bool:
+def uses_fsdp(data) -> bool:
+    """The config shards with FSDP (`fsdp`, `fsdp_config` or `fsdp_version`)."""
     return bool(data.get("fsdp") or data.get("fsdp_config") or data.get("fsdp_version"))
 
 

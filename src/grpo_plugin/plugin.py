@@ -23,12 +23,13 @@ class GRPOPlugin(BasePlugin):
         Only defaults are filled in: an explicit conflicting value is left for validation to reject.
         First of all: the installed axolotl / TRL must be a supported stack (a clear error, before any model loads).
         """
+        from grpo_plugin.args import uses_fsdp
         from grpo_plugin.compat.cpu_ranks import allow_cpu_ranks
         from grpo_plugin.compat.host import check_host_versions
 
         check_host_versions()
         # several trainer ranks on a machine without CUDA, as DDP or DeepSpeed (compat/cpu_ranks.py)
-        allow_cpu_ranks(deepspeed=bool(cfg.get("deepspeed")), fsdp=bool(cfg.get("fsdp_config") or cfg.get("fsdp")))
+        allow_cpu_ranks(deepspeed=bool(cfg.get("deepspeed")), fsdp=uses_fsdp(cfg))
         if cfg.get("grpo") is None:
             cfg["grpo"] = {}
         if cfg.get("trainer_cls") not in (None, TRAINER_CLS):

@@ -152,9 +152,7 @@ def median_p90(values: list[float]) -> dict:
 
 
 def pause_stats(values: list[float], diffs: list[float]) -> dict:
-
-    return {"median_ms": round(statistics.median(values), 2), "p90_ms": round(pct(values, 0.9), 2),
-            "max_logprob_diff": max(diffs), "verified": all(d <= 1e-4 for d in diffs), "n": len(values)}
+    return {**median_p90(values), "max_logprob_diff": max(diffs), "verified": all(d <= 1e-4 for d in diffs)}
 
 
 def trainer_stub(model):
@@ -257,11 +255,6 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: str) -> 
     return result
 
 
-if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "_memory":
-        print(json.dumps(_memory_phase(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])))
-
-
 def free_port_pair() -> int:
     """A free port whose next port is free too (two servers on consecutive ports)."""
     from grpo_plugin.server.process import port_in_use
@@ -297,3 +290,8 @@ def start_vllm_servers(model_dir: str, tmp, name: str, n: int, **spec):
             server.stop()
         raise
     return servers, clients
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "_memory":
+        print(json.dumps(_memory_phase(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])))

@@ -19,9 +19,9 @@ import time
 
 from grpo_plugin.bench.common import (
     load_model,
-    median_p90,
     memory,
     pause_ipc,
+    pause_stats,
     perturb,
     probe_token_ids,
     scratch,
@@ -46,8 +46,7 @@ def _alternate(syncs: dict, model, verifiers: dict, repeats: int, only: str) -> 
             if i:
                 ms[key].append(pause)
                 diffs[key].append(diff)
-    out = {k: {**median_p90(ms[k]), "max_logprob_diff": max(diffs[k]), "verified": all(d <= 1e-4 for d in diffs[k])}
-           for k in syncs}
+    out = {k: pause_stats(ms[k], diffs[k]) for k in syncs}
     out["ratio_2_vs_1"] = round(out["2 servers"]["median_ms"] / out["1 server"]["median_ms"], 3)
     return out
 

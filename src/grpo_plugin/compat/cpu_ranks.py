@@ -144,8 +144,9 @@ def describe_ranks(accelerator) -> str:
     plugin = getattr(accelerator.state, "deepspeed_plugin", None)
     if plugin is not None:
         kind += f" ZeRO-{plugin.zero_stage}"
-    zero3 = plugin is not None and int(plugin.zero_stage or 0) == 3
-    if zero3 or kind == "FSDP":  # sharded weights: every rank takes part in each sync (sync/ranks.py)
+    from grpo_plugin.sync.ranks import for_accelerator
+
+    if for_accelerator(accelerator).sharded:  # ZeRO-3 / FSDP2: every rank takes part in each sync
         role = ("gathers the weights with the other ranks, pushes them to vLLM" if accelerator.is_main_process
                 else "joins rank 0's gathers and probe passes")
     else:

@@ -123,12 +123,12 @@ class LeadFollow:
 
     @contextlib.contextmanager
     def gathered(self, model, reads: str) -> Iterator[dict | None]:
-        params = selected(model, reads)
         self.broadcast(("gather", reads))
         with self.gather(model, reads) as tensors:
             if reads not in self._told:
                 self._told.add(reads)
-                print(f"[grpo_plugin] {self.name}: each push gathers {describe_gather(params)}", flush=True)
+                print(f"[grpo_plugin] {self.name}: each push gathers {describe_gather(selected(model, reads))}",
+                      flush=True)
             yield tensors
 
     def logprobs(self, model, token_ids) -> list[float]:
