@@ -30,6 +30,14 @@ from grpo_plugin.sandbox.suites import AssertSuite, ProgramResult, Suite
 ZYGOTE = Path(__file__).with_name("zygote.py")
 
 
+def _launch(script: Path) -> str:
+    """The fork server's start: `script` imported as a module (its bytecode cached: compiling the ~1000-line script
+    at every start left ~4.7 MB of the compiler's memory in the process, which every fork then copied the page
+    tables of), then taken off the import path (the programs' Landlock rules make readable only what is on it)."""
+    return (f"import sys; sys.path.insert(0, {str(script.parent)!r}); import {script.stem} as z; "
+            f"del sys.path[0]; z.main()")
+
+
 class SandboxError(RuntimeError):
     """The fork server failed (it is restarted once per call before this is raised)."""
 
@@ -79,10 +87,12 @@ class Sandbox:
         config = {"limits": self.limits.to_json(), "workers": self.workers, "scratch_root": self._scratch.name,
                   "require_landlock": self.require_landlock}
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - as long-lived as the fork server
+        # no environment but LD_BIND_NOW (cleared at its start): every library call resolved once, in the fork
+        # server, not on first use in each child (the dynamic linker's lazy binding writes a page the child shares)
         self._proc = subprocess.Popen(  # noqa: S603
-            tethered([sys.executable, "-I", "-S", str(ZYGOTE), json.dumps(config)]),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env={}, start_new_session=True,
-            cwd=self._scratch.name)
+            tethered([sys.executable, "-I", "-S", "-c", _launch(ZYGOTE), json.dumps(config)]),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env={"LD_BIND_NOW": "1"},
+            start_new_session=True, cwd=self._scratch.name)
         hello = self._proc.stdout.readline()
         try:
             msg = json.loads(hello)
@@ -104,6 +114,7 @@ class Sandbox:
                 " or a runtime that allows user namespaces). See docs/code.md#what-the-sandbox-needs.")
         self.isolation = msg["isolation"]
         self.zygote_pid = msg["pid"]
+        self.template_pid = msg["template_pid"]  # the fork server's process that forks the children
 
     def _stderr_tail(self) -> str:
         try:
