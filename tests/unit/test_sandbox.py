@@ -75,6 +75,17 @@ def test_correct_code_passes_and_each_test_is_judged_on_its_own(sandbox):
     assert res.detail[1] == "ValueError" and res.detail[3] == "AssertionError"
 
 
+def test_programs_compile_as_python_runs_them(sandbox):
+    """Compiled in the fork server, programs and tests get none of its `from __future__` flags: an annotation that
+    names what the program never imported raises NameError, as in `python solution.py` (with the server's
+    `annotations` flag it was never evaluated, and the program passed)."""
+    missing = "def first(xs: List[int]) -> int:\n    return xs[0]\n"
+    imported = "from typing import List\n" + missing
+    res = sandbox.run([(missing, ["assert first([3]) == 3"]), (imported, ["assert first([3]) == 3"])])
+    assert [r.passed for r in res] == [[False], [True]], res
+    assert "NameError" in res[0].detail[0]
+
+
 def test_a_test_that_kills_its_process_fails_alone(sandbox):
     code = "import os\ndef add(a, b):\n    if a == 2:\n        os._exit(0)\n    return a + b\n"
     res = one(sandbox, code, TESTS + ["assert add(3, 4) == 7"])

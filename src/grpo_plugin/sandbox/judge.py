@@ -43,7 +43,7 @@ def slot_value(entry: list[str] | None):
 
 @functools.lru_cache(maxsize=65536)
 def _compiled(source: str):
-    return compile(source, "<judge>", "exec")
+    return compile(source, "<judge>", "exec", dont_inherit=True)
 
 
 def judge_split(split: Split, slots: dict[str, list[str]]) -> tuple[bool, str]:

@@ -320,7 +320,18 @@ def _make_plain():
 
     plain_value.builtins = dict(builtins.__dict__)  # as they are before the program runs (tests' slots use them)
 
-    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    # json's C encoder made once here (JSONEncoder.encode makes one per call, and looks its methods up on a class
+    # the program can reach: `import json`); what it encodes is tag()'s output, builtin types only, a tree
+    from json.encoder import c_make_encoder, encode_basestring_ascii
+
+    if c_make_encoder is not None:
+        chunks, join = c_make_encoder(None, None, encode_basestring_ascii, None, ":", ",", False, False, True), \
+            "".join
+
+        def dumps(x) -> str:
+            return join(chunks(x, 0))
+    else:  # no _json extension: the pure-Python encoder
+        dumps = json.JSONEncoder(separators=(",", ":")).encode
 
     def encode(x) -> str:
         return dumps(tag(plain_value(x)))
@@ -809,7 +820,7 @@ class Zygote:
             if len(self.test_code) > 16384:
                 self.test_code.clear()
             try:
-                code = compile(src, "<test>", "exec")
+                code = compile(src, "<test>", "exec", dont_inherit=True)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 return None
             self.test_code[src] = code
@@ -822,7 +833,9 @@ class Zygote:
             try:
                 with warnings.catch_warnings():  # a SyntaxWarning would go to this server's stderr, per program
                     warnings.simplefilter("ignore")
-                    job["_program"] = compile(job["code"], "<completion>", "exec")
+                    # dont_inherit: not this module's `from __future__ import annotations` (with it, an annotation
+                    # naming what the program never imported passed: real Python raises NameError)
+                    job["_program"] = compile(job["code"], "<completion>", "exec", dont_inherit=True)
             except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
                 job["_program"] = type(exc).__name__
         return job["_program"]
