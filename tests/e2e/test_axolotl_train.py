@@ -19,6 +19,11 @@ from tests.conftest import ROOT, free_port
 
 pytestmark = pytest.mark.e2e
 BIN = Path(sys.executable).parent
+# `axolotl train ... --launcher python`: the run in the `axolotl` process itself, without accelerate's launcher
+# in between (one Python process fewer that imports torch: ~10 s per run on the 2-core CI machine). The runs
+# this changes nothing for use it; the user's default (`accelerate launch`) runs in the smoke tests (one per sync
+# mode), the Ctrl-C test and every run with two trainer ranks.
+FAST = ("--launcher", "python")
 
 
 def env() -> dict:
@@ -57,9 +62,9 @@ def start_vllm_serve(path: Path, log: Path) -> subprocess.Popen:
                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def train(path: Path) -> subprocess.CompletedProcess:
-    """Terminal 2: `axolotl train <config>`."""
-    return subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
+def train(path: Path, launcher: tuple[str, ...] = FAST) -> subprocess.CompletedProcess:
+    """Terminal 2: `axolotl train <config>` (`launcher`: its launcher arguments, FAST unless a test says)."""
+    return subprocess.run([str(BIN / "axolotl"), "train", str(path), *launcher], cwd=ROOT, env=env(), text=True,
                           capture_output=True, timeout=900)
 
 
@@ -98,8 +103,7 @@ def test_quickstart_managed_server_learns_and_verifies_every_sync(tmp_path, tiny
                                                                   cache_env):
     steps = 30
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps)
-    proc = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
-                          capture_output=True, timeout=900)
+    proc = train(path, launcher=())  # the user's command as is
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
     out = Path(cfg["output_dir"])
@@ -164,8 +168,7 @@ def test_vllm_serve_port_in_use_is_a_clear_error(tmp_path, tiny_model_dir, tiny_
 def test_crash_in_training_stops_the_managed_server(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
     path, _ = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=5,
                          trl={"reward_funcs": ["tests.e2e.crashing_reward.boom"]})
-    proc = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
-                          capture_output=True, timeout=900)
+    proc = train(path)
     log = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "injected reward failure" in log

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.e2e.test_axolotl_train import BIN, env, quickstart
+from tests.e2e.test_axolotl_train import quickstart, train
 from tests.unit.test_gsm8k import _rows
 
 pytestmark = pytest.mark.e2e
@@ -32,8 +30,7 @@ def test_gsm8k_transform_and_rewards_train_through_axolotl(tmp_path, tiny_model_
              "reward_weights": [1.0, 0.2], "multi_objective_aggregation": "normalize_then_sum",
              "reward_num_workers": 2},
     )
-    proc = subprocess.run([str(BIN / "axolotl"), "train", str(path)], cwd=ROOT, env=env(), text=True,
-                          capture_output=True, timeout=900)
+    proc = train(path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
     for name in ("accuracy_reward", "format_reward"):  # both rewards ran on every step

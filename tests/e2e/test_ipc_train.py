@@ -21,7 +21,7 @@ def test_quickstart_ipc_learns_on_one_shared_copy_and_verifies_every_step(tmp_pa
     before = sync_dirs("ipc")
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_ipc.yaml", max_steps=steps)
     assert cfg["grpo"]["sync"] == "ipc" and "adapter" not in cfg
-    proc = train(path)
+    proc = train(path, launcher=())  # the user's command as is
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
     assert re.search(r"ipc: \d+ parameters attached to .*the trainer holds no copy of its own", log)

@@ -23,6 +23,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.e2e.test_axolotl_train import (
     BIN,
+    FAST,
     env,
     gone,
     left_behind,
@@ -36,7 +37,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TOL = 1e-4  # fp32 quickstarts
 
 
-def _start_train(path: Path, log: Path, launcher: tuple[str, ...] = ()) -> subprocess.Popen:
+def _start_train(path: Path, log: Path, launcher: tuple[str, ...] = FAST) -> subprocess.Popen:
     """`axolotl train <path> [launcher args]` in its own session, output to `log`."""
     with log.open("w") as fh:
         return subprocess.Popen([str(BIN / "axolotl"), "train", str(path), *launcher], cwd=ROOT, env=env(),
@@ -159,54 +160,58 @@ def test_lora_sync_survives_a_killed_and_a_hung_managed_server(tmp_path, tiny_mo
     assert "recovered in" in text
 
 
-@pytest.mark.parametrize("mode", ["restart_reload", "restart_process", "ipc"])
-def test_full_weight_modes_survive_a_killed_and_a_hung_managed_server(mode, tmp_path, tiny_model_dir,
-                                                                      tiny_data_file, cache_env):
-    """kill -9 at step 4, SIGSTOP at step 8: each time restarted, the trainer's current weights put back (reload /
-    a restart on the written weights / ipc re-attach), verified, every step trained. restart_process restarts
-    the server at every push, which would replace a hung server before a rollout meets it: with sync_interval 6,
-    a kill at step 2 and a hang at step 5, the recoveries (each itself such a push) come first, and one regular
-    push restarts the server later in the run. That run also holds what restart_process promises on its own:
-    step 0 verified without a restart (the server started on the initial weights), only our own server
-    restarted, nothing left in the sync directory."""
+# Which fault each full-weight mode lives through: how an outage is detected (the process gone, or /health
+# unanswered) is the same code for every mode, and the lora_sync run above meets both; what differs per mode is how
+# the new server gets the trainer's weights (an in-place reload, a restart on the written weights, a re-attach),
+# which one outage exercises (one server start fewer per run than a kill and a hang each).
+FAULTS = {"restart_reload": "hang", "restart_process": "kill", "ipc": "kill"}
+
+
+@pytest.mark.parametrize("mode", list(FAULTS))
+def test_full_weight_modes_survive_a_killed_or_hung_managed_server(mode, tmp_path, tiny_model_dir, tiny_data_file,
+                                                                   cache_env):
+    """kill -9 (or SIGSTOP: a hang) at step 4: the server restarted, the trainer's current weights put back
+    (reload / a restart on the written weights / ipc re-attach), verified, every step trained. restart_process
+    restarts the server at every push, which would replace a hung server before a rollout meets it: with
+    sync_interval 6 and the kill at step 2, the recovery (itself such a push) comes first, and one regular push
+    restarts the server later in the run. That run also holds what restart_process promises on its own: step 0
+    verified without a restart (the server started on the initial weights), only our own server restarted, nothing
+    left in the sync directory."""
     config = "quickstart_ipc.yaml" if mode == "ipc" else "quickstart_restart.yaml"
     grpo: dict = {"server_hang_timeout": 10, "server_timeout": 240}  # a restart takes ~35 s here
-    steps, kill_at, hang_at = 20, 4, 8  # the tiny task's reward takes off around steps 5-12
+    steps, fault_at = 20, 4  # the tiny task's reward takes off around steps 5-12
     if mode == "restart_process":  # every push is a 30 s restart here: fewer steps, no learning claim
         grpo.update(restart_strategy="process", sync_interval=6)
-        steps, kill_at, hang_at = 16, 2, 5
+        steps, fault_at = 16, 2
     before = sync_dirs("restart")
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=config, max_steps=steps, grpo=grpo)
     log = tmp_path / "train.log"
     proc = _start_train(path, log)
     try:
-        _wait_step(cfg, kill_at, proc, log)
+        _wait_step(cfg, fault_at, proc, log)
         first = _server_of(proc)
-        first.send_signal(signal.SIGKILL)
-        _wait_step(cfg, hang_at, proc, log)
-        second = _server_of(proc)
-        assert second.pid != first.pid
-        second.send_signal(signal.SIGSTOP)
+        first.send_signal(signal.SIGSTOP if FAULTS[mode] == "hang" else signal.SIGKILL)
     finally:
         text = _finish(proc, log)
     assert proc.returncode == 0, text[-6000:]
-    recs = _assert_complete_and_verified(cfg, steps, outages=2)
+    recs = _assert_complete_and_verified(cfg, steps, outages=1)
     hits = [r for r in recs if r["server_outages"]]
-    assert hits[0]["step"] > kill_at and hits[1]["step"] > hang_at, hits
-    assert "no answer to /health" in hits[1]["server_outage_detail"][0]["cause"], hits[1]
-    assert gone(first.pid, timeout=5) and gone(second.pid, timeout=5)
+    assert hits[0]["step"] > fault_at, hits
+    if FAULTS[mode] == "hang":
+        assert "no answer to /health" in hits[0]["server_outage_detail"][0]["cause"], hits[0]
+    assert gone(first.pid, timeout=5)  # a hung server is ours: stopped, not left behind
     s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
     if mode == "ipc":
-        assert text.count("re-attaching to the new server") == 2
+        assert text.count("re-attaching to the new server") == 1
     if mode == "restart_process":
         # step 0: the managed server started on the initial weights, verified only (no restart)
         assert not recs[0]["sync_pushed"] and recs[0]["sync_ms"] == 0 and recs[0]["sync_logprob_diff"] <= TOL
         assert s["num_verified_without_push"] == 1, s
-        # a regular push (not a recovery) after the outages: the server restarted on the trained weights
+        # a regular push (not a recovery) after the outage: the server restarted on the trained weights
         regular = [r for r in recs[1:] if r["sync_pushed"] and not r["server_outages"]]
         assert regular and all(r["sync_ms"] > 1000 and r["sync_logprob_diff"] <= TOL for r in regular), recs
         assert "restarting vLLM on new weights" in text
-        assert managed_pid(text) == first.pid  # the servers killed and stopped here were the ones it started
+        assert managed_pid(text) == first.pid  # the server killed here was the one it started
     else:  # 3 pushes in 16 steps is too few to learn the task
         assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
     if mode != "ipc":
