@@ -174,6 +174,30 @@ def test_introspection_to_find_the_harness_is_refused(sandbox):
     assert all(r.passed == [False] for r in sandbox.run([(p, ["assert True"]) for p in probes]))
 
 
+def test_the_fork_servers_code_is_out_of_reach(sandbox):
+    """The fork server's module (imported by its launcher) is gone from the program's sys.modules, and the
+    `_posixsubprocess` stand-in's function leads to no server globals (a function's __globals__ raises no audit
+    event)."""
+    code = ("import sys\nmods = [m for m in sys.modules if 'zygote' in m]\nimport _posixsubprocess\n"
+            "names = set(_posixsubprocess.fork_exec.__globals__)\n"
+            "try:\n    import zygote\n    found = True\nexcept ImportError:\n    found = False\n")
+    res = sandbox.run([(code, ["assert mods == []", "assert not names & {'Zygote', 'Template', '_child', 'main'}",
+                               "assert found is False"])])[0]
+    assert res.passed == [True, True, True], res
+
+
+def test_scratch_directories_are_reused_never_shared(sandbox):
+    """A program's scratch directory is emptied before the next program runs there, whatever it left: files,
+    directories, permissions taken away."""
+    leave = ("import os\nopen('left.txt', 'w').write('x')\nos.mkdir('sub')\nopen('sub/f', 'w').write('y')\n"
+             "os.chmod('sub', 0)\n")
+    assert sandbox.run([(leave, ["assert True"])] * sandbox.workers)[0].passed == [True]
+    look = "import os\nseen = sorted(os.listdir('.'))\n"
+    res = sandbox.run([(look + f"# program {k}\n", ["assert seen == []"]) for k in range(2 * sandbox.workers)])
+    assert [r.passed for r in res] == [[True]] * (2 * sandbox.workers), res
+    assert left_in_scratch(sandbox) == []
+
+
 def test_humaneval_canonical_solutions_score_one():
     from grpo_plugin.codedata.humaneval import rows
     from rewards.code import extract_code

@@ -1,22 +1,30 @@
-"""The sandbox's fork server. Runs as `python -I -S zygote.py CONFIG_JSON` (standard library only, no site-packages,
-an empty environment), started and fed by sandbox/host.py. It never runs model-written code itself and never
-judges: it forks one child per program (stdin/stdout tests too: one run each), collects what the child computed,
-and sends that to the trainer side, which judges (sandbox/judge.py). Nothing a job carries here holds an expected
-value: the tests' expected sides stay in the trainer, so no child can read them, whatever it reaches in memory.
+"""The sandbox's fork server. Started by sandbox/host.py as `python -I -S -c "import zygote; zygote.main()" CONFIG`
+(standard library only, no site-packages, an empty environment; imported, so its bytecode is cached) and fed by
+it. It never runs model-written code itself and never judges: it runs one child per program (stdin/stdout tests
+too: one run each), collects what the child computed, and sends that to the trainer side, which judges
+(sandbox/judge.py). Nothing a job carries here holds an expected value: the tests' expected sides stay in the
+trainer, so no child can read them, whatever it reaches in memory.
+
+Two processes. The server (`Zygote`) reads jobs, compiles programs, keeps deadlines, reads the children's pipes
+and replies; it never forks after its start, so the pages its bookkeeping writes stay its own. The template
+(`Template`, `_template_loop`), forked once from the server when everything a child needs is loaded, only forks a
+child per request and collects it when asked: each page a process writes while children share its memory must
+be copied first, so the one that forks does as little as possible.
 
 Once, at start: no network (a new network namespace: only a loopback that is down), an empty environment, the
-standard modules programs commonly import loaded once (a fork then costs ~1 ms instead of a Python start).
+standard modules programs commonly import loaded once and made immortal (Python >= 3.12: no child writes their
+reference counts), one scratch directory per worker with its Landlock ruleset.
 
 Per child:
 - Landlock (kernel-enforced, applied to the child and everything it could start): files may be read only in the
-  standard library and /dev/{null,zero,urandom,random}; read and written only in its private scratch directory (no
-  FIFOs, sockets, device nodes or symlinks there); nothing may be executed; no TCP bind/connect; no signal to, and
-  no abstract socket of, any process outside the child. A refused operation is the kernel's PermissionError, which
-  the program can catch, as on a locked-down machine;
-- its own session (process group), `RLIMIT_CPU`, `RLIMIT_AS` (memory), `RLIMIT_FSIZE` (files), `RLIMIT_NOFILE`,
-  no core dumps; a wall-clock deadline per test and one for the whole run, both enforced here (SIGKILL);
+  standard library and /dev/{null,zero,urandom,random}; read and written only in its scratch directory (no other
+  program runs there meanwhile; no FIFOs, sockets, device nodes or symlinks there); nothing may be executed; no
+  TCP bind/connect; no signal to, and no abstract socket of, any process outside the child. A refused operation
+  is the kernel's PermissionError, which the program can catch, as on a locked-down machine;
+- its own process group, `RLIMIT_CPU`, `RLIMIT_AS` (memory), `RLIMIT_FSIZE` (files), `RLIMIT_NOFILE`, no core
+  dumps; a wall-clock deadline per test and one for the whole run, both enforced here (SIGKILL of its group);
 - stdout and stderr are pipes read here: capped (a program that floods is killed), never a file it could replace;
-  stdin is its test's input (stdin/stdout tests: a file, one per test, all run in the child one after the
+  stdin is its test's input (stdin/stdout tests: a memory file per test, all run in the child one after the
   other) or /dev/null;
 - an audit hook (PEP 578, cannot be removed from Python code) refusing, with PermissionError: creating processes
   (also for root, where `RLIMIT_NPROC` does not apply), signalling processes, sockets, raising a resource limit,
@@ -120,8 +128,6 @@ class Landlock:
     never share one: each would see the others' scratch dirs."""
 
     def __init__(self, abi: int, readable: tuple[str, ...]):
-        import struct
-
         self.pack = struct.pack
         fs_all = sum(v for v in _FS.values() if v < (1 << _ABI_FS_BITS.get(abi, 16)))
         self.attr = _make_buffer(struct.pack("=QQQ", fs_all, 0b11 if abi >= 4 else 0, 0b11 if abi >= 6 else 0))
