@@ -157,3 +157,19 @@ def test_a_version_a_rollout_still_samples_with_is_not_unloaded_and_an_unloaded_
     assert lease.model not in client.models()
     with pytest.raises(ServerError, match="HTTP 404"):
         client.generate([probe_ids], model=lease.model, n=1, max_tokens=2)
+
+
+def test_the_servers_engine_process_is_forked_not_spawned(vllm_server):
+    """serve/fork_engine.py: the API server's engine process is a fork of it, not a spawned interpreter: its heap
+    starts where the API server's does (an exec'd process gets a randomized one), and the server said so."""
+    import psutil
+
+    def heap(pid: int) -> str:
+        return next(line.split("-")[0] for line in open(f"/proc/{pid}/maps") if line.rstrip().endswith("[heap]"))
+
+    server, _ = vllm_server
+    engines = psutil.Process(server.pid).children()
+    assert engines, "no engine process under the API server"
+    if open("/proc/sys/kernel/randomize_va_space").read().strip() != "0":
+        assert [heap(p.pid) for p in engines] == [heap(server.pid)] * len(engines)
+    assert "the engine process is forked from the API server" in server.log_path.read_text()

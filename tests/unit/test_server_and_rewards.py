@@ -1,4 +1,5 @@
 import socket
+from types import SimpleNamespace
 
 import pytest
 
@@ -69,3 +70,24 @@ def test_one_rank_server_runs_its_worker_in_the_engine_process():
     for other in (ServerSpec(model="m", tensor_parallel_size=2), ServerSpec(model="m", one_engine_process=False),
                   ServerSpec(model="m", extra_args=["--distributed-executor-backend=mp"])):
         assert "uni" not in other.command() and "VLLM_ENABLE_V1_MULTIPROCESSING" not in other.env({})
+        assert "GRPO_VLLM_FORK_ENGINE" not in other.env({})  # several ranks: vLLM's spawn
+
+
+def test_a_one_process_cpu_engine_is_forked_unless_the_user_says_no(monkeypatch):
+    """serve/fork_engine.py: the vLLM general plugin forks the engine process instead of spawning it (~9 s per
+    server start); the server's environment asks for it, a user's GRPO_VLLM_FORK_ENGINE=0 keeps vLLM's spawn."""
+    import grpo_plugin.server.process as process
+    from grpo_plugin.serve.fork_engine import one_process_engine
+
+    monkeypatch.setattr(process, "cuda_available", lambda: False)
+    assert ServerSpec(model="m").env({})["GRPO_VLLM_FORK_ENGINE"] == "1"
+    assert ServerSpec(model="m").env({"GRPO_VLLM_FORK_ENGINE": "0"})["GRPO_VLLM_FORK_ENGINE"] == "0"
+    monkeypatch.setattr(process, "cuda_available", lambda: True)
+    assert "GRPO_VLLM_FORK_ENGINE" not in ServerSpec(model="m").env({})  # CUDA: vLLM's own choice
+
+    def config(tp=1, pp=1, dp=1, backend="uni"):
+        return SimpleNamespace(parallel_config=SimpleNamespace(
+            tensor_parallel_size=tp, pipeline_parallel_size=pp, data_parallel_size=dp,
+            distributed_executor_backend=backend))
+    assert one_process_engine(config()) and one_process_engine(config(backend=None))
+    assert not any(one_process_engine(c) for c in (config(tp=2), config(pp=2), config(dp=2), config(backend="mp")))

@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import signal
 import sys
+from typing import TYPE_CHECKING
 
-from grpo_plugin.args import loaded_cfg
-from grpo_plugin.server.client import VLLMServerClient
-from grpo_plugin.server.process import Progress, ServerStartError, VLLMServerProcess, start_servers
+if TYPE_CHECKING:
+    from grpo_plugin.server.process import VLLMServerProcess
+
+# The package's other modules run inside vLLM's processes (worker_ext.py, fork_engine.py, routes.py): what
+# `main` needs is imported when it runs, not when vLLM imports one of them (0.3 s per vLLM process).
 
 
 def main(script_args) -> None:
+    from grpo_plugin.args import loaded_cfg
+    from grpo_plugin.server.client import VLLMServerClient
+    from grpo_plugin.server.process import Progress, ServerStartError, start_servers
+
     cfg = loaded_cfg()
     overrides = {k: getattr(script_args, k, None) for k in (
         "model", "host", "port", "dtype", "max_model_len", "gpu_memory_utilization",

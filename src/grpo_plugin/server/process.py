@@ -170,6 +170,10 @@ class ServerSpec:
         if self.engine_in_one_process:
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # vLLM-CPU honours `uni` only with this
         if not cuda_available():
+            if self.engine_in_one_process:  # the engine process forked, not spawned (serve/fork_engine.py): ~9 s
+                from grpo_plugin.serve import fork_engine  # (a VLLM_PLUGINS allow-list without it: spawned)
+
+                env.setdefault(fork_engine.ENV, "1")
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cpu_kv_cache_gb))
             if self.cpu_bind is not None:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_bind
