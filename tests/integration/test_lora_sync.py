@@ -162,6 +162,8 @@ def test_a_version_a_rollout_still_samples_with_is_not_unloaded_and_an_unloaded_
 def test_the_servers_engine_process_is_forked_not_spawned(vllm_server):
     """serve/fork_engine.py: the API server's engine process is a fork of it, not a spawned interpreter: its heap
     starts where the API server's does (an exec'd process gets a randomized one), and the server said so."""
+    from pathlib import Path
+
     import psutil
 
     def heap(pid: int) -> str:
@@ -170,6 +172,6 @@ def test_the_servers_engine_process_is_forked_not_spawned(vllm_server):
     server, _ = vllm_server
     engines = psutil.Process(server.pid).children()
     assert engines, "no engine process under the API server"
-    if open("/proc/sys/kernel/randomize_va_space").read().strip() != "0":
+    if Path("/proc/sys/kernel/randomize_va_space").read_text().strip() != "0":
         assert [heap(p.pid) for p in engines] == [heap(server.pid)] * len(engines)
     assert "the engine process is forked from the API server" in server.log_path.read_text()
