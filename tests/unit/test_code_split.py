@@ -65,7 +65,7 @@ def test_a_test_that_does_not_parse_is_a_syntax_error():
 
 
 def _slots(*values):
-    from grpo_plugin.sandbox.zygote import _make_plain
+    from grpo_plugin.sandbox.child import _make_plain
 
     _, encode = _make_plain()
     return {str(k): ["V", encode(v)] for k, v in enumerate(values)}
@@ -84,7 +84,7 @@ def test_judge_on_slot_values():
 
 
 def test_values_round_trip_and_fakes_lose_their_lies():
-    from grpo_plugin.sandbox.zygote import _make_plain
+    from grpo_plugin.sandbox.child import _make_plain
 
     plain, encode = _make_plain()
 

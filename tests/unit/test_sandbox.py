@@ -175,12 +175,14 @@ def test_introspection_to_find_the_harness_is_refused(sandbox):
 
 
 def test_the_fork_servers_code_is_out_of_reach(sandbox):
-    """The fork server's module (imported by its launcher) is gone from the program's sys.modules, and the
+    """The fork server's modules (imported by its launcher) are gone from the program's sys.modules, and the
     `_posixsubprocess` stand-in's function leads to no server globals (a function's __globals__ raises no audit
     event)."""
-    code = ("import sys\nmods = [m for m in sys.modules if 'zygote' in m]\nimport _posixsubprocess\n"
+    code = ("import sys\nmods = [m for m in ('zygote', 'template', 'child') if m in sys.modules]\n"
+            "import _posixsubprocess\n"
             "names = set(_posixsubprocess.fork_exec.__globals__)\n"
-            "try:\n    import zygote\n    found = True\nexcept ImportError:\n    found = False\n")
+            "try:\n    import zygote\n    found = True\nexcept ImportError:\n    found = False\n"
+            "try:\n    import child\n    found = True\nexcept ImportError:\n    pass\n")
     res = sandbox.run([(code, ["assert mods == []", "assert not names & {'Zygote', 'Template', '_child', 'main'}",
                                "assert found is False"])])[0]
     assert res.passed == [True, True, True], res

@@ -1,11 +1,11 @@
-"""Values a sandboxed program's process sent back (typed JSON, zygote.py's `_make_plain`), decoded as untrusted
+"""Values a sandboxed program's process sent back (typed JSON, child.py's `_make_plain`), decoded as untrusted
 input: a malformed, too deep or unknown value is a ValueError, never a crash of the trainer or a pass."""
 
 from __future__ import annotations
 
 import json
 
-from grpo_plugin.sandbox.zygote import Opaque  # the fork server's own (it runs standard-library only)
+from grpo_plugin.sandbox.child import Opaque  # the children's own (standard library only)
 
 MAX_DEPTH = 200
 __all__ = ["Opaque", "decode"]
