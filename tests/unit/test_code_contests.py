@@ -153,12 +153,29 @@ def test_one_test_that_crashes_floods_or_hangs_costs_only_itself(sandbox):
     assert res[4].passed == [True, True, True, False] and res[4].detail[3] == "exit status 3"
 
 
+def test_a_stdio_program_s_tests_free_their_cycles(sandbox):
+    """A stdio program runs all its tests in one child: the garbage collector is on there (the fork server's
+    template runs without it), so each test's reference cycles are freed before the next one."""
+    code = "import gc\nprint(gc.isenabled())\n"
+    assert sandbox.run_suites([StdioSuite(code, [("", "True\n")] * 2)])[0].passed == [True, True]
+
+
+def test_a_stdio_program_with_more_tests_than_one_child_takes(sandbox):
+    """Over 200 tests: several children, one after the other, each with its share of the inputs, in order."""
+    cases = [(f"{k}\n", f"{2 * k}\n") for k in range(250)]
+    res = sandbox.run_suites([StdioSuite("print(2 * int(input()))\n", cases)])[0]
+    assert res.passed == [True] * 250, [d for d in res.detail if d != "passed"][:3]
+
+
 def test_stdio_tests_are_grouped_by_input_size():
     from grpo_plugin.sandbox.zygote import Zygote
 
     job = {"tests": [{"input": "x" * n} for n in (5, 5, 5, 12, 1)]}
     assert [(a, b) for _, a, b in Zygote.stdio_units(job, most_input=10)] == [(0, 2), (2, 3), (3, 4), (4, 5)]
     assert [(a, b) for _, a, b in Zygote.stdio_units(job)] == [(0, 5)]
+    # at most `most_tests` per child (each test's input is a descriptor passed to it)
+    many = {"tests": [{"input": "1"}] * 450}
+    assert [(a, b) for _, a, b in Zygote.stdio_units(many)] == [(0, 200), (200, 400), (400, 450)]
     assert Zygote.stdio_units({"tests": []}) == []
 
 def test_stdout_comparison_can_be_exact_and_time_limits_come_from_the_row(sandbox):

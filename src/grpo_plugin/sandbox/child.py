@@ -402,8 +402,8 @@ def _child(payload: bytes, fd_list: list[int], ruleset: int, limits: dict, landl
         _SYSCALL = _PRCTL = _make_buffer = None  # libc's entry points: gone before any program code runs
         import gc
 
-        if not stdio:  # a short-lived child: no collector passes (stdio runs every test: cycles must be freed)
-            gc.disable()
+        if stdio:  # the template runs without collector passes, and so does a short-lived child; a stdio child runs
+            gc.enable()  # every test of its program, one after the other: their cycles must be freed
         sys.argv[:] = ["solution.py"]
         namespace = {"__name__": "__main__" if stdio else "solution", "__builtins__": builtins}
         tests = []

@@ -145,8 +145,7 @@ def _template_loop(sock, server: int, child_main, landlock: child.Landlock | Non
                 answer = fork()
             except OSError as exc:
                 answer = -(exc.errno or 1)
-            if answer == 0:
-                sock.close()
+            if answer == 0:  # the child: the template's socket is closed with every other inherited descriptor
                 child_main(payload, fds, rulesets.get(slot, -1))
                 os._exit(0)
             for fd in fds:
