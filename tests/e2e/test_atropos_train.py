@@ -45,9 +45,14 @@ def atropos_config(tmp_path: Path, tiny_model_dir, tiny_data_file, *, full_weigh
     return path, cfg
 
 
+def launch_cmd(path: Path, *train_args: str) -> list[str]:
+    """The Atropos launcher on `path`, its `axolotl train` without accelerate's launcher (FAST) plus `train_args`."""
+    return [*LAUNCH, str(path), "--", *FAST, *train_args]
+
+
 def launch(path: Path, *train_args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    cmd = [*LAUNCH, str(path), "--", *FAST, *train_args]
-    return subprocess.run(cmd, cwd=ROOT, env=env(), text=True, capture_output=True, timeout=timeout)
+    return subprocess.run(launch_cmd(path, *train_args), cwd=ROOT, env=env(), text=True, capture_output=True,
+                          timeout=timeout)
 
 
 def started_pids(log: str) -> dict[str, int]:
@@ -143,8 +148,8 @@ def test_killed_run_resumes_without_losing_or_repeating_a_batch_and_rejects_a_ma
     metrics = out / "grpo_metrics.jsonl"
     log1 = tmp_path / "run1.log"
     with log1.open("w") as fh:
-        run1 = subprocess.Popen([*LAUNCH, str(path), "--", *FAST], cwd=ROOT, env=env(), stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        run1 = subprocess.Popen(launch_cmd(path), cwd=ROOT, env=env(), stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     try:
         _wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 5, 600,
                   "step 5 of run 1", run1, log1)
@@ -165,8 +170,8 @@ def test_killed_run_resumes_without_losing_or_repeating_a_batch_and_rejects_a_ma
 
     log2 = tmp_path / "run2.log"
     with log2.open("w") as fh:
-        run2 = subprocess.Popen([*LAUNCH, str(path), "--", *FAST], cwd=ROOT, env=env(), stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        run2 = subprocess.Popen(launch_cmd(path), cwd=ROOT, env=env(), stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     try:
         _wait_for(lambda: "registered with the run-api" in log2.read_text(), 600, "run 2 to register", run2, log2)
         url = cfg["grpo"]["atropos"]["url"]

@@ -346,10 +346,11 @@ def _audit_hook(readable: tuple[str, ...], max_files: int):
 
 def _child_statics(readable: tuple[str, ...], max_files: int) -> tuple:
     """What every child installs before its program runs, built once in the template (each child gets a pristine
-    copy: nothing to build, less memory written per child): the audit hook and its scratch slot, a fresh
-    `__main__` (the server's globals out of reach), and the `_posixsubprocess` stub: `import subprocess` works and
-    refuses to start anything (the real module's import is refused by the audit hook, and was never loaded). The
-    stub's function is defined in the stub itself: a function of this module would lead to its globals."""
+    copy: nothing to build, less memory written per child): the audit hook and its scratch slot, the value
+    encoder (`_make_plain`), a fresh `__main__` (the server's globals out of reach), and the `_posixsubprocess`
+    stub: `import subprocess` works and refuses to start anything (the real module's import is refused by the audit
+    hook, and was never loaded). The stub's function is defined in the stub itself: a function of this module would
+    lead to its globals."""
     import types
 
     hook, where = _audit_hook(readable, max_files)
@@ -357,11 +358,11 @@ def _child_statics(readable: tuple[str, ...], max_files: int) -> tuple:
     stub = types.ModuleType("_posixsubprocess")
     exec("def fork_exec(*args, **kwargs):\n"  # noqa: S102 - constant code
          "    raise PermissionError('sandbox: starting a process is not permitted')\n", stub.__dict__)
-    return hook, where, main, stub
+    return hook, where, _make_plain(), main, stub
 
 
 def _child(payload: bytes, fd_list: list[int], ruleset: int, limits: dict, landlock: Landlock | None,
-           plain_encode: tuple, statics: tuple) -> None:
+           statics: tuple) -> None:
     """In a child the template forked: limits, then the program, then its tests [start, end). `payload` is what the
     server sent for this run (marshal: compiled in the server, which never forks); `fd_list` its pipes' write
     ends (verdicts, stdout[, stderr]). Never returns."""
@@ -405,7 +406,7 @@ def _child(payload: bytes, fd_list: list[int], ruleset: int, limits: dict, landl
         if stdio:  # the template runs without collector passes, and so does a short-lived child; a stdio child runs
             gc.enable()  # every test of its program, one after the other: their cycles must be freed
         sys.argv[:] = ["solution.py"]
-        namespace = {"__name__": "__main__" if stdio else "solution", "__builtins__": builtins}
+        namespace = {"__name__": "solution", "__builtins__": builtins}  # stdio: each test's own (_stdio_runner)
         tests = []
         for code in test_code:  # compiled in the fork server, once per distinct test
             if code is None:
@@ -414,7 +415,6 @@ def _child(payload: bytes, fd_list: list[int], ruleset: int, limits: dict, landl
             scope = {}
             exec(code, namespace, scope)
             tests.append(scope["__grpo_test__"])
-        plain, encode = plain_encode
         base_exc, system_exit = BaseException, SystemExit
         flush_out, flush_err = sys.stdout.flush, sys.stderr.flush
 
@@ -431,7 +431,7 @@ def _child(payload: bytes, fd_list: list[int], ruleset: int, limits: dict, landl
                     lines.append(f"{nonce} U {i} {k} {type(exc).__name__}\n")
             return record
 
-        hook, where, sys.modules["__main__"], sys.modules["_posixsubprocess"] = statics
+        hook, where, (plain, encode), sys.modules["__main__"], sys.modules["_posixsubprocess"] = statics
         for name in ("zygote", "template", __name__):  # the fork server's modules, out of the program's reach
             sys.modules.pop(name, None)
         if stdio:

@@ -157,7 +157,7 @@ def _template_loop(sock, server: int, child_main, landlock: child.Landlock | Non
                 os.killpg(n, signal.SIGKILL)
             except OSError:
                 try:
-                    os.kill(n, signal.SIGKILL)  # before its setsid
+                    os.kill(n, signal.SIGKILL)  # before its setpgid
                 except OSError:
                     pass
             try:

@@ -77,8 +77,9 @@ class ProtocolError(Exception):
 class _Run:
     """One child running `job`'s tests [start, end)."""
 
-    def __init__(self, job, start, end, pid, fds, slot, nonce, limits):
-        self.job, self.start, self.end, self.pid, self.slot, self.nonce = job, start, end, pid, slot, nonce
+    def __init__(self, job, start, end, fds, slot, nonce, limits):
+        self.job, self.start, self.end, self.slot, self.nonce = job, start, end, slot, nonce
+        self.pid: int | None = None  # the template's answer
         self.ending: str | None = None  # set (to why, "" for none) once it is being killed and collected
         self.fds = fds  # our read ends: {"w": verdicts, "out": stdout, "err": stderr}
         self.buf = {"w": b"", "out": b"", "err": b""}
@@ -102,7 +103,6 @@ class Zygote:
         self.readable = tuple(sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}))
         abi = int(config.get("landlock_abi", 0))
         self.landlock = child.Landlock(abi, self.readable) if abi else None
-        self.plain_encode = child._make_plain()  # built before any program runs; every child inherits it
         self.test_code: dict[str, object] = {}  # test source -> code object (a batch repeats its tests)
         self.queue: list[tuple[dict, int, int]] = []
         self.runs: dict[int, tuple[_Run, str]] = {}  # fd -> (run, which pipe)
@@ -117,12 +117,11 @@ class Zygote:
         self.slots = [self.new_slot(k) for k in range(self.workers)]
         self.free = list(range(self.workers))
         self.unsent = False  # replies written, not yet flushed
-        limits, landlock, plain_encode = self.limits, self.landlock, self.plain_encode
-        statics = child._child_statics(self.readable, limits["max_files"])
+        limits, landlock = self.limits, self.landlock
+        statics = child._child_statics(self.readable, limits["max_files"])  # built before any program runs
         template._immortalize()
         self.template = template.Template(
-            lambda payload, fds, ruleset: child._child(payload, fds, ruleset, limits, landlock, plain_encode, statics),
-            landlock)
+            lambda payload, fds, ruleset: child._child(payload, fds, ruleset, limits, landlock, statics), landlock)
         self.sel.register(self.template.sock, selectors.EVENT_READ, "template")
         for k, path in enumerate(self.slots):
             self.template.scratch(k, path)
@@ -192,16 +191,17 @@ class Zygote:
         payload = marshal.dumps((job["mode"], start, end, nonce, scratch,
                                  os.path.join(self.root_real, os.path.basename(scratch)), cpu, program, test_code,
                                  self.template.pid))
+        theirs = [wr for _, wr in pipes.values()] + inputs  # the child's ends: the template passes them on
         try:
-            self.template.spawn(payload, [wr for _, wr in pipes.values()] + inputs, slot)
+            self.template.spawn(payload, theirs, slot)
         finally:
-            for fd in [wr for _, wr in pipes.values()] + inputs:
+            for fd in theirs:
                 os.close(fd)
         fds = {}
         for k, (r, _) in pipes.items():
             os.set_blocking(r, False)
             fds[k] = r
-        run = _Run(job, start, end, None, fds, slot, nonce, self.limits)  # its pid: the template's answer
+        run = _Run(job, start, end, fds, slot, nonce, self.limits)
         self.starting.append(run)
         self.children.add(run)
         for k, r in fds.items():
