@@ -1,34 +1,54 @@
-"""Scoring a GRPO batch of code completions: the sandbox against the naive way, same batch, one run:
+"""Scoring a GRPO batch of code completions: the sandbox against what a user would run instead, on one machine:
 
     python -m grpo_plugin.bench code [--problems 16] [--group 8] [--json]
+    python -m grpo_plugin.bench.code [--problems 16] [--group 8] [--rounds 5] [--json]
 
 The batch: `--problems` HumanEval problems x `--group` completions each (a GRPO batch: prompts x generations), every
-completion the canonical solution, half of them broken in their last `return` (so both verdicts occur). The
-sandbox runs it twice: every completion made distinct by a comment (each one run: the cost per program), and as
-sampled, where the reward's dedupe runs each distinct program once. Naive: a
-fresh `python` per test case, program + test, pass = exit status 0 (no isolation at all; the usual way), run with as
-many processes at once as this machine has cores. Sandbox: grpo_plugin.sandbox with every limit on (network
-namespace, audit hook, rlimits, scratch dirs), programs in parallel on the same cores (its default: one more
-program than cores, for the fork server's own share). Both must agree on every
-verdict (the code is not adversarial here); the figure is completions scored per second.
+completion the canonical solution, every second one broken in its last `return` (so both verdicts occur), and EVERY
+completion made distinct by a comment with its index (so no side can skip a repeated program: each one is run).
+Every side below scores that exact batch; the figure is completions scored per second, from the MEDIAN over the
+same number of timed rounds for both sides of a comparison, the two sides alternated round by round (ABAB..., the
+first of each pair swapped every round) so machine noise hits both. One untimed warm-up run of each side comes first
+(the sandbox's is reported as its first batch, together with the fork server's start).
 
-The stdin/stdout path (`stdio` in the output): `--problems` synthetic problems (read numbers, print a function of
-them) x `--group` completions, half of them wrong, 4 tests each; naive: a fresh `python` per test with the input on
-stdin, pass = exit status 0 and the same output tokens; sandbox: StdioSuite (a child per program, a run per test).
+- Headline, `speedup_vs_per_completion`: the HumanEval harness's shape. ONE fresh `python` per completion runs the
+  program, then each test in its own try/except, and prints one line with a 0/1 per test, which the parent parses
+  (no isolation at all); as many such interpreters at once as this machine has cores (threads launching
+  subprocesses), `--rounds` rounds (default 5). Sandbox: `Sandbox().run_suites([AssertSuite(code, tests), ...])` with
+  every limit on, programs in parallel on the same cores (its default), the same `--rounds` rounds.
+- `speedup_vs_per_test` (the old baseline): a fresh `python` per TEST (program + that one test, pass = exit status
+  0), as many at once as cores, against the sandbox on min(3, `--rounds`) rounds of its own, alternated the same way.
+- `stdio.speedup`: `--problems` synthetic stdin/stdout problems (read numbers, print a function of them) x `--group`
+  completions, every second one wrong, 4 tests each, all distinct; baseline a fresh `python` per test with the input
+  on stdin (pass = exit status 0 and the same output tokens), as many at once as cores; sandbox `StdioSuite`;
+  `--rounds` rounds, alternated.
+
+Every baseline round and every sandbox round must give the same verdict for every test of every completion (the code
+is not adversarial here): a mismatch fails the benchmark with the mismatches listed. Also reported, not compared:
+the sandbox on the batch as sampled (repeated completions not made distinct: the reward's dedupe runs each distinct
+program once), median over `--rounds` rounds.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from grpo_plugin.bench.common import stack, stack_line
 
+_MARK = "__grpo_bench_verdicts__ "
+_TIMEOUT_S = 10  # per interpreter (a completion's whole run in the per-completion baseline, one test otherwise)
 
+
+# ---- the batches ------------------------------------------------------------------------------------------------
 def _batch(problems: int, group: int) -> list[tuple[str, list[str]]]:
+    """The batch as sampled: per problem, `group` completions alternating the canonical solution and a broken one
+    (half of them repeat another one)."""
     from grpo_plugin.codedata.extract import extract_code
     from grpo_plugin.codedata.humaneval import rows
 
@@ -40,6 +60,11 @@ def _batch(problems: int, group: int) -> list[tuple[str, list[str]]]:
         for k in range(group):
             batch.append((code if k % 2 == 0 else broken, p["test_cases"]))
     return batch
+
+
+def _distinct(batch: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    """Every completion made unique by a comment with its index: no side can run a repeated program once."""
+    return [(f"{code.rstrip()}\n# completion {k}\n", tests) for k, (code, tests) in enumerate(batch)]
 
 
 _STDIO_OPS = ("sum(a)", "max(a)", "min(a)", "len(a)", "sum(x * x for x in a)", "a[0] + a[-1]", "sorted(a)[len(a) // 2]",
@@ -64,114 +89,247 @@ def _stdio_batch(problems: int, group: int) -> list[tuple[str, list[tuple[str, s
     return batch
 
 
-def _naive_stdio(code: str, case: tuple[str, str]) -> bool:
+# ---- the baselines: fresh interpreters, as many at once as cores ------------------------------------------------
+def _harness(code: str, tests: list[str]) -> str:
+    """The HumanEval harness's shape as one script: the program, then each test in its own try/except, then one line
+    with a 0/1 per test. A test that does not compile fails alone (as in the sandbox) instead of the whole script."""
+    parts = [code, "", "__grpo_v = []"]
+    for t in tests:
+        try:
+            compile(t, "<test>", "exec")
+        except SyntaxError:
+            t = "raise SyntaxError('the test does not compile')"
+        parts += ["try:", textwrap.indent(t, "    "), "except BaseException:", "    __grpo_v.append('0')", "else:",
+                  "    __grpo_v.append('1')"]
+    parts.append(f"print({chr(10) + _MARK!r} + ''.join(__grpo_v), flush=True)")
+    return "\n".join(parts) + "\n"
+
+
+def _per_completion_one(code: str, tests: list[str]) -> list[bool]:
+    """One fresh interpreter runs the program and all its tests; its last marked line holds the verdicts (a program
+    that dies at top level, or an interpreter past its deadline, fails every test)."""
     try:
-        out = subprocess.run([sys.executable, "-c", code], input=case[0], capture_output=True, text=True, timeout=10)
+        out = subprocess.run([sys.executable, "-c", _harness(code, tests)], capture_output=True, text=True,
+                             timeout=_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return False
-    return out.returncode == 0 and out.stdout.split() == case[1].split()
+        return [False] * len(tests)
+    line = next((ln for ln in reversed(out.stdout.splitlines()) if ln.startswith(_MARK)), None)
+    bits = line[len(_MARK):].strip() if line is not None else ""
+    return [b == "1" for b in bits] if len(bits) == len(tests) else [False] * len(tests)
 
 
-def _best_of(run, rounds: int = 10) -> tuple[float, list]:
-    """(best seconds, results) of `rounds` runs of `run()` on the warm fork server (what every step after the
-    first costs)."""
-    best, results = float("inf"), []
-    for _ in range(rounds):
-        t1 = time.perf_counter()
-        results = run()
-        best = min(best, time.perf_counter() - t1)
-    return best, results
-
-
-def _naive_one(code: str, test: str) -> bool:
+def _per_test_one(code: str, test: str) -> bool:
     try:
-        out = subprocess.run([sys.executable, "-c", f"{code}\n{test}\n"], capture_output=True, timeout=10)
+        out = subprocess.run([sys.executable, "-c", f"{code}\n{test}\n"], capture_output=True, timeout=_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return False
     return out.returncode == 0
 
 
-def run(problems: int = 16, group: int = 8) -> dict:
-    from grpo_plugin.sandbox import Sandbox
+def _stdio_one(code: str, case: tuple[str, str]) -> bool:
+    try:
+        out = subprocess.run([sys.executable, "-c", code], input=case[0], capture_output=True, text=True,
+                             timeout=_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return False
+    return out.returncode == 0 and out.stdout.split() == case[1].split()
 
-    batch = _batch(problems, group)
-    cores = len(os.sched_getaffinity(0))
-    tests = sum(len(t) for _, t in batch)
-    t0 = time.perf_counter()
+
+def _per_completion(batch, cores: int) -> list[list[bool]]:
     with ThreadPoolExecutor(cores) as pool:
-        naive = [list(pool.map(lambda t, c=code: _naive_one(c, t), tests_)) for code, tests_ in batch]
-    naive_s = time.perf_counter() - t0
-    from grpo_plugin.sandbox import AssertSuite
+        return list(pool.map(lambda p: _per_completion_one(*p), batch))
 
-    # every completion made distinct (a comment of its own), so each one is run: the per-program cost; the
-    # batch as sampled (half its completions repeat another) is then scored with dedupe on, as the reward does
-    distinct = [AssertSuite(f"{code}\n# completion {k}\n", tests_) for k, (code, tests_) in enumerate(batch)]
+
+def _per_test(batch, cores: int, one) -> list[list[bool]]:
+    """A fresh interpreter per test: every (completion, test) of the batch queued at once on `cores` threads."""
+    jobs = [(i, t) for i, (_, tests) in enumerate(batch) for t in tests]
+    with ThreadPoolExecutor(cores) as pool:
+        flat = list(pool.map(lambda j: one(batch[j[0]][0], j[1]), jobs))
+    out: list[list[bool]] = [[] for _ in batch]
+    for (i, _), ok in zip(jobs, flat):
+        out[i].append(ok)
+    return out
+
+
+# ---- timing: the same statistic over the same rounds, alternated ------------------------------------------------
+def _timed(fn) -> tuple[float, list[list[bool]]]:
+    t0 = time.perf_counter()
+    verdicts = fn()
+    return time.perf_counter() - t0, verdicts
+
+
+def _alternated(rounds: int, sides: dict, check) -> dict[str, list[float]]:
+    """`rounds` rounds of every side (the order reversed every other round); seconds per round for each side.
+    `check(side, verdicts)` is called with every run's verdicts."""
+    names = list(sides)
+    seconds: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            s, verdicts = _timed(sides[name])
+            seconds[name].append(s)
+            check(name, verdicts)
+    return seconds
+
+
+def _figure(seconds: list[float], completions: int) -> dict:
+    med = statistics.median(seconds)
+    return {"median_s": round(med, 4), "min_s": round(min(seconds), 4), "rounds_s": [round(s, 4) for s in seconds],
+            "completions_per_s": round(completions / med, 1)}
+
+
+class _Verdicts:
+    """Every run's verdicts against the reference (the first sandbox run): mismatches by (side, completion, test)."""
+
+    def __init__(self, batch, reference: list[list[bool]]):
+        self.batch, self.ref, self.mismatches, self.runs = batch, reference, {}, 0
+
+    def check(self, side: str, verdicts: list[list[bool]]) -> None:
+        self.runs += 1
+        for i, (want, got) in enumerate(zip(self.ref, verdicts)):
+            if len(want) != len(got):
+                self.mismatches.setdefault((side, i, None), (want, got))
+                continue
+            for j, (a, b) in enumerate(zip(want, got)):
+                if a != b:
+                    self.mismatches.setdefault((side, i, j), (a, b))
+
+    def agree(self) -> int:
+        return len(self.batch) - len({i for _, i, _ in self.mismatches})
+
+    def listed(self, limit: int = 20) -> list[dict]:
+        out = []
+        for (side, i, j), (sandbox, other) in list(self.mismatches.items())[:limit]:
+            tests = self.batch[i][1]
+            out.append({"side": side, "completion": i, "test": j,
+                        "test_text": str(tests[j])[:200] if j is not None else None,
+                        "sandbox": sandbox, side: other})
+        return out
+
+
+def _results(results) -> list[list[bool]]:
+    return [list(r.passed) for r in results]
+
+
+# ---- the benchmark ----------------------------------------------------------------------------------------------
+def run(problems: int = 16, group: int = 8, rounds: int = 5) -> dict:
+    from grpo_plugin.sandbox import AssertSuite, Sandbox
+
+    t_start = time.perf_counter()
+    rounds = max(1, rounds)
+    per_test_rounds = min(3, rounds)
+    cores = len(os.sched_getaffinity(0))
+    sampled = _batch(problems, group)
+    batch = _distinct(sampled)
+    tests = sum(len(t) for _, t in batch)
+    suites = [AssertSuite(code, tests_) for code, tests_ in batch]
     t0 = time.perf_counter()
     with Sandbox() as sb:  # its default: cores + 1 programs at once
         start_s = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        ours = sb.run_suites(distinct)
-        sandbox_s = time.perf_counter() - t1
-        warm_s, _ = _best_of(lambda: sb.run_suites(distinct))
-        dedupe_s, deduped = _best_of(lambda: sb.run(batch))
-        unique = sb.last_unique
-    agree = sum(n == r.passed == d.passed for n, r, d in zip(naive, ours, deduped))
-    stdio = _run_stdio(problems, group, cores)
+        first_s, reference = _timed(lambda: _results(sb.run_suites(suites)))  # warm-up (the first batch)
+        isolation = getattr(sb, "isolation", "")
+        v = _Verdicts(batch, reference)
+        v.check("per_completion", _per_completion(batch, cores))  # the baseline's warm-up (untimed)
+
+        def sandbox() -> list[list[bool]]:
+            return _results(sb.run_suites(suites))
+
+        head = _alternated(rounds, {"per_completion": lambda: _per_completion(batch, cores), "sandbox": sandbox},
+                           v.check)
+        slow = _alternated(per_test_rounds, {"per_test": lambda: _per_test(batch, cores, _per_test_one),
+                                             "sandbox": sandbox}, v.check)
+        as_sampled = _alternated(rounds, {"sandbox_as_sampled": lambda: _results(sb.run(sampled))}, v.check)
+        unique = getattr(sb, "last_unique", None)
+    stdio = _run_stdio(problems, group, cores, rounds)
+    mismatched = v.listed()
+    if mismatched or stdio["mismatches"]:
+        raise AssertionError(f"the sandbox and the baselines disagree on verdicts (first ones listed): "
+                             f"asserts {mismatched}; stdin/stdout {stdio['mismatches']}")
+    pc, sb_head = _figure(head["per_completion"], len(batch)), _figure(head["sandbox"], len(batch))
+    pt, sb_slow = _figure(slow["per_test"], len(batch)), _figure(slow["sandbox"], len(batch))
     return {
-        "stack": stack(), "cores": cores, "completions": len(batch), "test_cases": tests,
-        "naive": {"seconds": round(naive_s, 3), "completions_per_s": round(len(batch) / naive_s, 1)},
-        "sandbox": {"seconds": round(sandbox_s, 3), "completions_per_s": round(len(batch) / sandbox_s, 1),
-                    "warm_seconds": round(warm_s, 3), "warm_completions_per_s": round(len(batch) / warm_s, 1),
-                    "start_s": round(start_s, 3), "isolation": sb.isolation},
-        "sandbox_dedupe": {"unique_programs": unique, "warm_seconds": round(dedupe_s, 3),
-                           "warm_completions_per_s": round(len(batch) / dedupe_s, 1)},
-        "speedup": round(naive_s / sandbox_s, 1), "speedup_warm": round(naive_s / warm_s, 1),
-        "speedup_dedupe": round(naive_s / dedupe_s, 1),
-        "verdicts_agree": f"{agree}/{len(batch)}",
+        "stack": stack(), "cores": cores, "completions": len(batch), "test_cases": tests, "distinct": True,
+        "statistic": "median", "rounds": rounds,
+        "sandbox_isolation": isolation, "sandbox_start_s": round(start_s, 3),
+        "sandbox_first_batch_s": round(first_s, 3),
+        "per_completion": {**pc, "interpreters": len(batch)},
+        "sandbox": sb_head,
+        "speedup_vs_per_completion": round(pc["median_s"] / sb_head["median_s"], 2),
+        "per_test": {**pt, "interpreters": tests, "rounds": per_test_rounds, "sandbox": sb_slow},
+        "speedup_vs_per_test": round(pt["median_s"] / sb_slow["median_s"], 2),
+        "sandbox_as_sampled": {**_figure(as_sampled["sandbox_as_sampled"], len(batch)), "unique_programs": unique},
+        "verdicts_agree": f"{v.agree()}/{len(batch)}", "verdict_runs_checked": v.runs, "mismatches": mismatched,
         "stdio": stdio,
+        "wall_s": round(time.perf_counter() - t_start, 1),
     }
 
 
-def _run_stdio(problems: int, group: int, cores: int) -> dict:
+def _run_stdio(problems: int, group: int, cores: int, rounds: int) -> dict:
     from grpo_plugin.sandbox import Sandbox, StdioSuite
 
-    batch = _stdio_batch(problems, group)
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(cores) as pool:
-        naive = [list(pool.map(lambda c, code=code: _naive_stdio(code, c), cases)) for code, cases in batch]
-    naive_s = time.perf_counter() - t0
-    distinct = [StdioSuite(f"{code}# completion {k}\n", cases) for k, (code, cases) in enumerate(batch)]
+    batch = _distinct(_stdio_batch(problems, group))
+    suites = [StdioSuite(code, cases) for code, cases in batch]
     with Sandbox() as sb:
-        warm_s, ours = _best_of(lambda: sb.run_suites(distinct))
-        dedupe_s, deduped = _best_of(lambda: sb.run_suites([StdioSuite(code, cases) for code, cases in batch]))
-        unique = sb.last_unique
-    agree = sum(n == r.passed == d.passed for n, r, d in zip(naive, ours, deduped))
-    return {"completions": len(batch), "tests": sum(len(c) for _, c in batch),
-            "naive": {"seconds": round(naive_s, 3), "completions_per_s": round(len(batch) / naive_s, 1)},
-            "sandbox": {"warm_seconds": round(warm_s, 3), "warm_completions_per_s": round(len(batch) / warm_s, 1)},
-            "sandbox_dedupe": {"unique_programs": unique, "warm_seconds": round(dedupe_s, 3),
-                               "warm_completions_per_s": round(len(batch) / dedupe_s, 1)},
-            "speedup_warm": round(naive_s / warm_s, 1), "speedup_dedupe": round(naive_s / dedupe_s, 1),
-            "verdicts_agree": f"{agree}/{len(batch)}"}
+        _, reference = _timed(lambda: _results(sb.run_suites(suites)))  # warm-up
+        v = _Verdicts(batch, reference)
+        v.check("per_test", _per_test(batch, cores, _stdio_one))  # the baseline's warm-up (untimed)
+        sec = _alternated(rounds, {"per_test": lambda: _per_test(batch, cores, _stdio_one),
+                                   "sandbox": lambda: _results(sb.run_suites(suites))}, v.check)
+    base, ours = _figure(sec["per_test"], len(batch)), _figure(sec["sandbox"], len(batch))
+    return {"completions": len(batch), "tests": sum(len(c) for _, c in batch), "rounds": rounds,
+            "per_test": {**base, "interpreters": sum(len(c) for _, c in batch)}, "sandbox": ours,
+            "speedup": round(base["median_s"] / ours["median_s"], 2),
+            "verdicts_agree": f"{v.agree()}/{len(batch)}", "mismatches": v.listed()}
 
 
 def report(res: dict) -> None:
-    print(f"code reward: {res['completions']} completions, {res['test_cases']} test cases, {res['cores']} cores")
+    def line(label: str, fig: dict, extra: str = "") -> None:
+        print(f"  {label:<52} {fig['completions_per_s']:>8.1f} completions/s  median {fig['median_s']:.3f} s "
+              f"(min {fig['min_s']:.3f}){extra}")
+
+    print(f"code reward: {res['completions']} distinct completions, {res['test_cases']} test cases, "
+          f"{res['cores']} cores; median of {res['rounds']} alternated rounds per side")
     print(stack_line(res["stack"]))
-    print(f"  naive (python per test case, no isolation) {res['naive']['completions_per_s']:>8.1f} completions/s")
-    print(f"  sandbox (first batch, every completion run) {res['sandbox']['completions_per_s']:>7.1f} completions/s"
-          f"  ({res['speedup']:.1f}x)")
-    print(f"  sandbox (warm, every completion run)       {res['sandbox']['warm_completions_per_s']:>8.1f} "
-          f"completions/s  ({res['speedup_warm']:.1f}x); fork server start {res['sandbox']['start_s']:.2f} s")
-    dd = res["sandbox_dedupe"]
-    print(f"  sandbox (warm, the batch as sampled: {dd['unique_programs']} distinct programs run) "
-          f"{dd['warm_completions_per_s']:>8.1f} completions/s  ({res['speedup_dedupe']:.1f}x)")
-    print(f"  verdicts agree: {res['verdicts_agree']}")
+    print(f"  sandbox: {res['sandbox_isolation'] or '?'}; fork server start {res['sandbox_start_s']:.2f} s, "
+          f"first batch {res['sandbox_first_batch_s']:.3f} s (untimed warm-up)")
+    line(f"python per completion, all its tests ({res['per_completion']['interpreters']} starts)",
+         res["per_completion"])
+    line("sandbox", res["sandbox"], f"  -> {res['speedup_vs_per_completion']:.1f}x  (speedup_vs_per_completion)")
+    pt = res["per_test"]
+    print(f"  per test (old baseline), median of {pt['rounds']} alternated rounds per side:")
+    line(f"python per test ({pt['interpreters']} starts)", pt)
+    line("sandbox", pt["sandbox"], f"  -> {res['speedup_vs_per_test']:.1f}x  (speedup_vs_per_test)")
+    sa = res["sandbox_as_sampled"]
+    line(f"sandbox, batch as sampled ({sa['unique_programs']} programs run)", sa, "  (not compared)")
+    print(f"  verdicts agree: {res['verdicts_agree']} ({res['verdict_runs_checked']} runs checked)")
     st = res["stdio"]
-    print(f"stdin/stdout: {st['completions']} completions, {st['tests']} tests")
-    print(f"  naive (python per test, input on stdin)   {st['naive']['completions_per_s']:>8.1f} completions/s")
-    print(f"  sandbox (warm, every completion run)       {st['sandbox']['warm_completions_per_s']:>8.1f} "
-          f"completions/s  ({st['speedup_warm']:.1f}x)")
-    print(f"  sandbox (warm, as sampled: {st['sandbox_dedupe']['unique_programs']} distinct programs run)"
-          f"   {st['sandbox_dedupe']['warm_completions_per_s']:>8.1f} completions/s  ({st['speedup_dedupe']:.1f}x); "
-          f"verdicts agree: {st['verdicts_agree']}")
+    print(f"stdin/stdout: {st['completions']} distinct completions, {st['tests']} tests; median of {st['rounds']} "
+          f"alternated rounds per side")
+    line(f"python per test, input on stdin ({st['per_test']['interpreters']} starts)", st["per_test"])
+    line("sandbox", st["sandbox"], f"  -> {st['speedup']:.1f}x")
+    print(f"  verdicts agree: {st['verdicts_agree']}")
+    print(f"  benchmark wall time {res['wall_s']:.1f} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m grpo_plugin.bench.code`: the same benchmark with `--rounds` settable."""
+    import argparse
+    import contextlib
+    import json
+
+    ap = argparse.ArgumentParser(prog="python -m grpo_plugin.bench.code", description=__doc__.splitlines()[0])
+    ap.add_argument("--problems", type=int, default=16, help="HumanEval problems in the batch")
+    ap.add_argument("--group", type=int, default=8, help="completions per problem")
+    ap.add_argument("--rounds", type=int, default=5, help="timed rounds per side (median); per test: min(3, this)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+    with contextlib.redirect_stdout(sys.stderr):
+        out = run(args.problems, args.group, args.rounds)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        report(out)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
