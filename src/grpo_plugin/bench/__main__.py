@@ -4,7 +4,7 @@ ONE run on the same machine:
     python -m grpo_plugin.bench sync --mode lora_sync [--model DIR] [--repeats 30] [--json]     (bench/lora.py)
     python -m grpo_plugin.bench sync --mode restart [--sizes tiny,100m] [--repeats 20] [--json] (bench/restart.py)
     python -m grpo_plugin.bench ipc [--sizes tiny,100m] [--repeats 20] [--eager-only] [--json]  (bench/ipc.py)
-    python -m grpo_plugin.bench ipc --cuda [--shape 1.5b] [--steps 3] [--json]              (bench/ipc_cuda.py)
+    python -m grpo_plugin.bench ipc --cuda [--shape 1.5b|7b] [--steps 3] [--json]           (bench/ipc_cuda.py)
     python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--spool DIR] [--json] (bench/atropos.py)
     python -m grpo_plugin.bench e2e [--size 100m] [--steps 20] [--prompts 2] [--modes lora_sync,restart,ipc]
                                     [--seed N] [--no-stock] [--json]
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     i.add_argument("--repeats", type=int, default=20, help="syncs per mode and model")
     i.add_argument("--eager-only", action="store_true", help="skip the torch.compile'd servers")
     i.add_argument("--cuda", action="store_true", help="ipc on CUDA: export/attach with a torch-only server process")
-    i.add_argument("--shape", default="1.5b", help="--cuda: model shape (tiny, 1.5b)")
+    i.add_argument("--shape", default="1.5b", help="--cuda: model shape (tiny, 1.5b, 7b)")
     i.add_argument("--steps", type=int, default=3, help="--cuda: AdamW steps, each checked bit for bit")
     i.add_argument("--json", action="store_true", help="print one JSON object")
     a = sub.add_parser("atropos", help="Atropos batch -> tensors: ours vs the Atropos example trainer")

@@ -1,14 +1,15 @@
 """ipc on CUDA with the project's own export/attach code and a torch-only server process (vLLM cannot be installed on
 the GPU machines this project is lent), in ONE run (prints figures; never a test):
 
-    python -m grpo_plugin.bench ipc --cuda [--shape 1.5b] [--steps 3] [--json]
+    python -m grpo_plugin.bench ipc --cuda [--shape 1.5b|7b] [--steps 3] [--json]
 
 The server process (spawned) builds a Qwen2-shaped model on the GPU in bf16 (random, seeded; the 1.5b shape is
-Qwen2.5-1.5B's: 3.09 GB, tied embeddings) and exports it with ipc/cuda.py `export` — what the vLLM plugin does
-after vLLM loads a model. The trainer process attaches with ipc/cuda.py `attach` + ipc/layout.py (its model's
-parameters become views of the server's memory; its own copy is never put on the GPU), then per step: fused AdamW
-on a random batch, an interprocess CUDA event recorded after the step (the fence), and the server's logits for a
-fixed prompt, computed after waiting on that event, compared bit for bit with the trainer's.
+Qwen2.5-1.5B's: 3.09 GB, tied embeddings; the 7b shape Qwen2.5-7B's: 15.2 GB, untied) and exports it with
+ipc/cuda.py `export` — what the vLLM plugin does after vLLM loads a model. The trainer process attaches with
+ipc/cuda.py `attach` + ipc/layout.py (its model's parameters become views of the server's memory; its own copy is
+never put on the GPU), then per step: fused AdamW on a random batch, an interprocess CUDA event recorded after the
+step (the fence), and the server's logits for a fixed prompt, computed after waiting on that event, compared bit
+for bit with the trainer's.
 
 Keys: `attach_ms` (rebuild every handle + views + attach), `added_gpu_bytes` (device free memory before minus
 after attaching, the server idle), `own_copy_bytes` (what the trainer would hold with its own copy),
@@ -18,6 +19,7 @@ weights device-to-device: the cheapest alternative to sharing), `bit_identical_s
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 
@@ -26,14 +28,21 @@ SHAPES = {
              "num_key_value_heads": 2, "vocab_size": 259},
     "1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
              "num_key_value_heads": 2, "vocab_size": 151936},
+    # Qwen2.5-7B's: 15.2 GB, lm_head apart from the embedding. With the trainer's grads, its AdamW state (bf16, like
+    # the weights) and the timed device-to-device copy, about 76 GB are on the GPU: an H200 (141 GB) holds it, an
+    # 80 GB H100 barely.
+    "7b": {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+           "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False},
 }
 
 
 def _config(shape: str):
     from transformers import Qwen2Config
 
-    return Qwen2Config(**SHAPES[shape], tie_word_embeddings=True, max_position_embeddings=2048,
-                       torch_dtype="bfloat16")
+    if shape not in SHAPES:
+        raise SystemExit(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
+    return Qwen2Config(**{"tie_word_embeddings": True, **SHAPES[shape]}, max_position_embeddings=2048,
+                       dtype="bfloat16")
 
 
 def _wait(event_handle) -> None:
@@ -97,17 +106,18 @@ def run(shape: str = "1.5b", steps: int = 3, seed: int = 0) -> dict:
 
     if not torch.cuda.is_available():
         raise SystemExit("bench ipc --cuda needs a CUDA GPU (this machine has none)")
+    config = _config(shape)
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=server, args=(shape, seed, child), daemon=True)
     proc.start()
+    child.close()  # the server holds its end: if it dies, recv() raises EOFError instead of waiting forever
     try:
         manifest = parent.recv()
         if "hf_error" in manifest:
             raise RuntimeError(manifest["hf_error"])
         torch.zeros(1, device="cuda")  # this process's CUDA context exists before memory is read
         torch.cuda.synchronize()
-        config = _config(shape)
         with torch.device("meta"):  # the trainer's model without weights of its own: never a GPU copy
             model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
         own = sum(p.numel() * p.element_size() for p in model.parameters())  # unique parameters (tied once)
@@ -155,9 +165,15 @@ def run(shape: str = "1.5b", steps: int = 3, seed: int = 0) -> dict:
             torch.cuda.synchronize()
             copies.append((time.perf_counter() - t) * 1e3)
             del clones
+        # Let go of the server's memory before it exits: the exporting process must outlive every use of its
+        # tensors (torch warns "Producer process has been terminated before all shared CUDA tensors released").
+        del opt, model, views, params
+        gc.collect()
+        torch.cuda.synchronize()
         parent.send(("stop",))
         parent.recv()
     finally:
+        parent.close()  # on an error the server's recv() ends (EOFError) instead of waiting to be killed
         proc.join(timeout=60)
         if proc.is_alive():
             proc.kill()
