@@ -368,10 +368,6 @@ def check_cross_keys(data: dict) -> None:
             )
 
 
-# ipc on CUDA runs only when this is "1", until it has been proven on a GPU (docs/modes.md, ipc on CUDA)
-IPC_CUDA_ENV = "GRPO_IPC_CUDA"
-
-
 def _check_ipc(data: dict) -> None:
     """What one shared copy of the weights cannot do, each with the reason and the way out."""
     vllm = data.get("vllm") or {}
@@ -394,12 +390,6 @@ def _check_ipc(data: dict) -> None:
             problems.append(f"`vllm.{key}: {vllm_get(key)}`: ipc shares the weights of ONE vLLM worker "
                             f"(>1 splits or replicates them). Set vllm.{key}: 1, or use grpo.sync: restart.")
     from grpo_plugin.server.process import cuda_available, trainer_dtype
-
-    if cuda_available() and os.environ.get(IPC_CUDA_ENV) != "1":
-        problems.append("this machine has CUDA: ipc on CUDA (one CUDA IPC handle per weight, ipc/cuda.py) is built "
-                        "but has not been run on a GPU yet. To use it anyway set the environment variable "
-                        f"{IPC_CUDA_ENV}=1 (every step is still verified by the post-sync probe; docs/modes.md), or "
-                        "use grpo.sync: restart (full fine-tuning) or lora_sync on GPUs.")
 
     servers = server_count(data.get("grpo"))
     if servers > 1 and cuda_available():
