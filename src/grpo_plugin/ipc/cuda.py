@@ -14,8 +14,9 @@ A handle is the pickled `(rebuild function, arguments)` pair torch's reductions 
 trainer unpickles it with an unpickler that only resolves names from `torch` (the manifest comes from a server on
 the same machine, but is still not allowed to name arbitrary callables).
 
-NOT RUN ON A GPU YET (no GPU was lent to the session that built it): `tests/gpu/test_cuda_ipc.py` and
-`python -m grpo_plugin.bench ipc --cuda --json` are the checks (docs/modes.md, ipc on CUDA).
+Run on a GPU (an H200) with a torch-only server process: `tests/gpu/test_cuda_ipc.py` and
+`python -m grpo_plugin.bench ipc --cuda --json` (docs/benchmarks.md, ipc on CUDA). NOT run on a GPU: the export
+from inside vLLM's worker (ipc/vllm_plugin.py) and vLLM computing with the shared weights — no vLLM on that machine.
 """
 
 from __future__ import annotations
