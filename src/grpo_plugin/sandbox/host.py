@@ -25,17 +25,26 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_plugin.sandbox import jail as jail_mod
+from grpo_plugin.sandbox.jail import SCRATCH, SCRIPT_DIR, Jail, JailUnavailable, accepted_missing
 from grpo_plugin.sandbox.suites import AssertSuite, ProgramResult, Suite
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
+_EXPOSES = {
+    "identity": "programs would share the trainer's user id: inside their own namespaces they still see no other "
+                "process and no file outside the jail, but kernel limits counted per user (processes, signals "
+                "queued) are shared with the trainer",
+    "landlock": "inside the jail a program could read the other programs' scratch directories and write to them",
+    "seccomp": "programs could call kernel interfaces no program needs (ptrace of their own children, SysV IPC "
+               "shared between programs, keyrings, BPF, io_uring): more kernel attack surface and state a program "
+               "could leave for a later one",
+}
 
 
-def _launch(script: Path) -> str:
-    """The fork server's start: `script` imported as a module (its bytecode cached: compiling the ~1000-line script
-    at every start left ~4.7 MB of the compiler's memory in the process, which every fork then copied the page
-    tables of), then taken off the import path (the programs' Landlock rules make readable only what is on it)."""
-    return (f"import sys; sys.path.insert(0, {str(script.parent)!r}); import {script.stem} as z; "
-            f"del sys.path[0]; z.main()")
+def _launch(script_dir: str) -> str:
+    """The fork server's start inside the jail: zygote.py imported as a module (its bytecode cached), its directory
+    then taken off the import path."""
+    return f"import sys; sys.path.insert(0, {script_dir!r}); import zygote as z; del sys.path[0]; z.main()"
 
 
 class SandboxError(RuntimeError):
@@ -49,72 +58,116 @@ class SandboxUnavailable(SandboxError):
 @dataclass(frozen=True)
 class Limits:
     wall_s: float = 2.0  # per test, and for running the program's own code before the tests
-    memory_mb: int = 2048  # address space of each program (RLIMIT_AS)
+    memory_mb: int = 2048  # address space of each program process (RLIMIT_AS)
     output_kb: int = 1024  # most a program may print per test (stdout), and largest file it may write
-    value_kb: int = 16384  # largest value a test's call may return (sent back as plain data)
-    files: int = 256  # files a program may write or make (each at most output_kb): its share of the disk
+    value_kb: int = 16384  # largest value one call into the program may return
+    job_kb: int = 65536  # all the values of one program's tests together
+    scratch_mb: int = 256  # the programs' scratch space, all running programs together (a tmpfs of the jail)
+    judge_memory_mb: int = 2048  # address space of each judge process
+    processes: int = 64  # processes and threads the programs may have at once (RLIMIT_NPROC of their user)
 
     def to_json(self) -> dict:
         return {"wall_s": float(self.wall_s), "memory_bytes": int(self.memory_mb) << 20,
                 "output_bytes": int(self.output_kb) << 10, "value_bytes": int(self.value_kb) << 10,
-                "max_files": int(self.files), "max_fd_scan": 1024}
+                "job_bytes": int(self.job_kb) << 10, "judge_memory_bytes": int(self.judge_memory_mb) << 20,
+                "nproc": int(self.processes), "max_fd_scan": 1024}
+
+
+_HELP = "See docs/code.md#what-the-sandbox-needs."
 
 
 class Sandbox:
-    def __init__(self, limits: Limits | None = None, workers: int | None = None,
-                 require_landlock: bool | None = None):
+    def __init__(self, limits: Limits | None = None, workers: int | None = None):
         self.limits = limits or Limits()
         # one more program than cores: the fork server itself (forking, reaping, verdicts) takes a share of a core
         self.workers = workers or len(os.sched_getaffinity(0)) + 1
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
-        self._scratch: tempfile.TemporaryDirectory | None = None
+        self._jail: Jail | None = None
         self._next_id = 0
         self.last_unique = 0  # programs the last batch actually ran (after dedupe)
         self.isolation = ""
-        # kernel-enforced file confinement (Landlock): required unless GRPO_SANDBOX_REQUIRE_LANDLOCK=0, which
-        # leaves only the audit hook's path checks (weaker: docs/code.md)
-        self.require_landlock = require_landlock if require_landlock is not None else \
-            os.environ.get("GRPO_SANDBOX_REQUIRE_LANDLOCK", "1") != "0"
+        self.missing: list[str] = []  # layers this sandbox runs without (accepted by GRPO_SANDBOX_ACCEPT_MISSING)
         self._start()
 
     # ---- the fork server ------------------------------------------------------------------------
     def _start(self) -> None:
-        from grpo_plugin.server.tether import tethered
+        try:
+            accepted = accepted_missing()
+        except ValueError as exc:
+            raise SandboxUnavailable(str(exc)) from None
+        missing: list[str] = []
 
-        self._scratch = tempfile.TemporaryDirectory(prefix="grpo-sandbox-")
-        os.chmod(self._scratch.name, 0o700)
-        config = {"limits": self.limits.to_json(), "workers": self.workers, "scratch_root": self._scratch.name,
-                  "require_landlock": self.require_landlock}
+        def lacking(layer: str, why: str) -> None:
+            if layer not in accepted:
+                raise SandboxUnavailable(
+                    f"the code sandbox cannot run on this machine: {why}. Its {layer!r} layer is missing "
+                    f"({_EXPOSES[layer]}). To run without it anyway, set GRPO_SANDBOX_ACCEPT_MISSING={layer}. "
+                    + _HELP)
+            missing.append(layer)
+
+        try:
+            seccomp = jail_mod.seccomp_program()
+        except JailUnavailable as exc:
+            lacking("seccomp", str(exc))
+            seccomp = b""
+        jail = Jail.for_this_interpreter(str(ZYGOTE.parent), self.limits.scratch_mb)
+        if jail.root:
+            try:
+                jail.prepare_identities()
+            except JailUnavailable as exc:
+                lacking("identity", str(exc))
+                jail.root = False
+        else:
+            lacking("identity", "the trainer does not run as root, so the jail can map only its own user id")
+        try:
+            cmd, fds = jail.command([jail.python, "-I", "-S", "-c", _launch(SCRIPT_DIR), json.dumps({
+                "limits": self.limits.to_json(), "workers": self.workers, "scratch_root": SCRATCH,
+                "require_landlock": "landlock" not in accepted, "readable": jail.landlock_readable(),
+                "site_dirs": jail.site_dirs, "uids": jail.userns_fd >= 0, "seccomp": seccomp.hex()})])
+        except JailUnavailable as exc:
+            jail.close()
+            raise SandboxUnavailable(f"the code sandbox cannot run on this machine: {exc}. {_HELP}") from None
+        jail_mod.compile_modules(str(ZYGOTE.parent))
+        self._jail = jail
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - as long-lived as the fork server
-        # no environment but LD_BIND_NOW (cleared at its start): every library call resolved once, in the fork
-        # server, not on first use in each child (the dynamic linker's lazy binding writes a page the child shares)
         self._proc = subprocess.Popen(  # noqa: S603
-            tethered([sys.executable, "-I", "-S", "-c", _launch(ZYGOTE), json.dumps(config)]),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env={"LD_BIND_NOW": "1"},
-            start_new_session=True, cwd=self._scratch.name)
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, pass_fds=fds, env={},
+            start_new_session=True)
+        jail.close()  # bwrap holds the user namespace now
         hello = self._proc.stdout.readline()
         try:
             msg = json.loads(hello)
         except ValueError:
-            msg = {"error": f"the fork server did not start: {self._stderr_tail() or hello!r}"}
+            msg = {"error": f"the jail did not start: {self._stderr_tail() or hello!r}"}
+        if msg.get("missing") == "landlock":
+            self.close()
+            raise SandboxUnavailable(
+                f"the code sandbox cannot run on this machine: {msg.get('error')}. Its 'landlock' layer is missing "
+                f"({_EXPOSES['landlock']}). To run without it anyway, set GRPO_SANDBOX_ACCEPT_MISSING=landlock. "
+                + _HELP)
         if not msg.get("ready"):
             self.close()
-            err = str(msg.get("error"))
-            if msg.get("missing") == "landlock":
-                raise SandboxUnavailable(
-                    f"the code sandbox cannot run on this machine: {err}. It confines the programs' files with "
-                    "Landlock (Linux >= 5.13, `landlock` in the kernel's `lsm=` list; in a container, a seccomp "
-                    "profile that allows the landlock_* syscalls). To run with the audit hook's path checks only "
-                    "(weaker), set GRPO_SANDBOX_REQUIRE_LANDLOCK=0. See docs/code.md#what-the-sandbox-needs.")
             raise SandboxUnavailable(
-                f"the code sandbox cannot run on this machine: {err}. It needs a new network "
-                "namespace for the programs it runs: run as root, or enable unprivileged user namespaces "
-                "(`sysctl kernel.unprivileged_userns_clone=1`; in Docker/Podman: `--security-opt seccomp=unconfined`"
-                " or a runtime that allows user namespaces). See docs/code.md#what-the-sandbox-needs.")
-        self.isolation = msg["isolation"]
-        self.zygote_pid = msg["pid"]
-        self.template_pid = msg["template_pid"]  # the fork server's process that forks the children
+                f"the code sandbox cannot run on this machine: {msg.get('error')}. It runs programs in a "
+                "bubblewrap jail, which needs user namespaces (root, or `sysctl kernel.unprivileged_userns_clone=1`"
+                "; in Docker/Podman a seccomp profile that allows `unshare`/`clone` with namespace flags). " + _HELP)
+        abi = int(msg.get("landlock_abi", 0))
+        if abi == 0:
+            missing.append("landlock")
+        self.missing = missing
+        layers = ["bubblewrap jail (user, PID, mount, network, IPC, UTS namespaces)", "a PID namespace per process",
+                  "uid 65534 for programs, 65533 for judges" if "identity" not in missing else
+                  "every capability dropped (no separate uid)", "no_new_privs"]
+        if abi:
+            layers.append(f"Landlock ABI {abi}")
+        if seccomp:
+            layers.append(f"seccomp ({len(jail_mod.DENIED) + 2} syscalls refused)")
+        layers.append("rlimits")
+        self.isolation = " + ".join(layers)
+        self.jail_pid = self._proc.pid  # bwrap, as this process sees it
+        self.zygote_pid = jail_mod.outer_pid(self._proc.pid, msg["pid"]) or -1
+        self.template_pid = jail_mod.outer_pid(self._proc.pid, msg["template_pid"]) or -1
 
     def _stderr_tail(self) -> str:
         try:
@@ -135,9 +188,8 @@ class Sandbox:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if self._scratch is not None:
-            self._scratch.cleanup()
-            self._scratch = None
+        if self._jail is not None:
+            self._jail.close()
 
     def __enter__(self):
         return self

@@ -1,22 +1,22 @@
-"""Test formats, one small object each: what a program's process is sent (`job`) and how its replies are judged
-(`judge`). The fork server runs any of them; the expected side of every test stays here.
+"""Test formats, one small object each: what a job carries to the fork server (`job`) and how its reply becomes a
+ProgramResult (`judge`). Asserts and call-based tests are judged in the jail by a judge process (judge.py), never in
+the program's process; stdin/stdout outputs are compared here.
 
-- `AssertSuite`: Python statements, usually asserts (HumanEval, MBPP, the seed guide's `test_cases`), split by
-  split.py between the program's process and the judge.
+- `AssertSuite`: Python statements, usually asserts (HumanEval, MBPP, the seed guide's `test_cases`), any shape: a
+  loop, a comprehension, `def check(candidate): ...` — each runs whole in the judge.
 - `CallSuite`: call-based tests (APPS / TACO `fn_name`): the function (or `Solution().<fn_name>`) called with each
-  argument list, its return compared with the expected one.
+  argument list, its return compared with the expected one in the judge.
 - `StdioSuite`: stdin/stdout tests (APPS, TACO, CodeContests, Codeforces, LiveCodeBench `stdin`): the program run
-  as `__main__` with the input on stdin, once per test, its stdout compared token by token.
+  as `__main__` with the input on stdin, once per test, its stdout compared here token by token.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from grpo_plugin.sandbox.judge import judge_split, outputs_match, returns_match, slot_value
-from grpo_plugin.sandbox.split import PLAIN, REC, TEST_FN, Split, program_names, split_test
+from grpo_plugin.sandbox.judge import returns_match  # noqa: F401 - the call-based rule, also used by tests
+from grpo_plugin.sandbox.verdicts import outputs_match
 
 
 @dataclass
@@ -24,7 +24,6 @@ class ProgramResult:
     passed: list[bool]
     detail: list[str] = field(default_factory=list)  # per test: "passed", the exception's name, or what ended it
     output: str = ""  # the first KB of what the program wrote to stderr (diagnostics only: never for a verdict)
-    in_child: int = 0  # tests judged inside the program's process (assert tests that could not be split)
 
     @property
     def score(self) -> float:
@@ -41,28 +40,13 @@ class Suite(Protocol):
     def judge(self, reply: dict) -> ProgramResult: ...
 
 
-def _verdicts(cases, reply: dict, on_returned, on_passed=None) -> tuple[list[bool], list[str]]:
-    """(passed, detail) per test: `on_returned(case, t)` judges a test whose code returned; `on_passed(case)` one
-    that reported its own pass (only a test judged in the child may); a test that raised or was killed fails with
-    why."""
+def _judged(reply: dict) -> ProgramResult:
+    """Verdicts the judge made: a test passed only when the judge said so."""
     passed, detail = [], []
-    for case, t in zip(cases, reply["tests"]):
-        if t["status"] == "returned":
-            ok, why = on_returned(case, t)
-        elif t["status"] == "passed" and on_passed is not None:
-            ok, why = on_passed(case)
-        elif t["status"] == "raised":
-            ok, why = False, t.get("why") or "raised"
-        else:
-            ok, why = False, t.get("why") or "the program ended the process"
-        passed.append(ok)
-        detail.append(why)
-    return passed, detail
-
-
-def _limit(wall_s: list[float | None] | None, k: int) -> dict:
-    """Test k's own time limit, as the fork server reads it (none: its default)."""
-    return {"wall_s": wall_s[k]} if wall_s and wall_s[k] else {}
+    for t in reply["tests"]:
+        passed.append(t["status"] == "passed")
+        detail.append("passed" if t["status"] == "passed" else (t.get("why") or t["status"] or "not run"))
+    return ProgramResult(passed, detail, reply.get("output", ""))
 
 
 @dataclass
@@ -70,34 +54,11 @@ class AssertSuite:
     code: str
     tests: list[str]
 
-    def __post_init__(self):
-        names = program_names(self.code)
-        self.splits: list[Split | None] = []
-        for t in self.tests:
-            try:
-                self.splits.append(split_test(str(t), names))
-            except (SyntaxError, ValueError, TypeError, RecursionError):
-                self.splits.append(None)
-
     def job(self) -> dict:
-        return {"code": self.code, "mode": "calls",
-                "tests": [{"child": s.child, "slots": s.slots} if s else {} for s in self.splits]}
+        return {"code": self.code, "source": self.code, "mode": "asserts", "tests": [str(t) for t in self.tests]}
 
     def judge(self, reply: dict) -> ProgramResult:
-        def returned(s, t):
-            if s is None:  # did not parse: sent without code, reported as a SyntaxError
-                return False, "SyntaxError in the test"
-            if s.in_child:  # judged in the child: returning without its pass line is no pass
-                return False, t.get("why") or "the program ended the process"
-            return judge_split(s, t["slots"])
-
-        def passed_alone(s):
-            return (True, "passed") if s is not None and s.in_child else (False, "a pass it may not report")
-
-        passed, detail = _verdicts(self.splits, reply, returned, passed_alone)
-        detail = [d if s is not None else "SyntaxError in the test" for s, d in zip(self.splits, detail)]
-        return ProgramResult(passed, detail, reply.get("output", ""),
-                             in_child=sum(1 for s in self.splits if s is not None and s.in_child))
+        return _judged(reply)
 
 
 @dataclass
@@ -108,27 +69,12 @@ class CallSuite:
     wall_s: list[float | None] | None = None
 
     def job(self) -> dict:
-        names = program_names(self.code)
-        fn = self.fn_name if self.fn_name in names or "Solution" not in names else f"Solution().{self.fn_name}"
-        tests = []
-        for k, (args, _) in enumerate(self.cases):
-            args = list(args) if isinstance(args, (list, tuple)) else [args]
-            src = (f"def {TEST_FN}({REC}, {PLAIN}):\n"
-                   f"    __args = __import__('json').loads({json.dumps(args)!r})\n"
-                   f"    {REC}(0, lambda: {fn}(*__args))\n")
-            tests.append({"child": src, "slots": 1, **_limit(self.wall_s, k)})
-        return {"code": self.code, "mode": "calls", "tests": tests}
+        return {"code": self.code, "source": self.code, "mode": "calls", "fn": self.fn_name,
+                "cases": [[list(a) if isinstance(a, (list, tuple)) else [a], e] for a, e in self.cases],
+                "wall_s": self.wall_s}
 
     def judge(self, reply: dict) -> ProgramResult:
-        def returned(case, t):
-            try:
-                ok = returns_match(slot_value(t["slots"].get("0")), case[1])
-            except Exception as exc:  # noqa: BLE001 - Raised (its exception's name), or an invalid value
-                return False, getattr(exc, "name", None) or str(exc)
-            return ok, "passed" if ok else "wrong answer"
-
-        passed, detail = _verdicts(self.cases, reply, returned)
-        return ProgramResult(passed, detail, reply.get("output", ""))
+        return _judged(reply)
 
 
 @dataclass
@@ -140,17 +86,19 @@ class StdioSuite:
     wall_s: list[float | None] | None = None
 
     def job(self) -> dict:
-        tests = []
-        for k, (stdin, _) in enumerate(self.cases):
-            tests.append({"input": str(stdin), **_limit(self.wall_s, k)})
-        return {"code": self.code, "mode": "stdio", "tests": tests}
+        return {"code": self.code, "mode": "stdio", "tests": [{"input": str(stdin)} for stdin, _ in self.cases],
+                "wall_s": self.wall_s}
 
     def judge(self, reply: dict) -> ProgramResult:
-        def returned(case, t):
-            ok = outputs_match(t.get("stdout", ""), str(case[1]), self.compare, self.tol)
-            return ok, "passed" if ok else "wrong answer"
-
-        passed, detail = _verdicts(self.cases, reply, returned)
+        passed, detail = [], []
+        for case, t in zip(self.cases, reply["tests"]):
+            if t["status"] == "returned":
+                ok = outputs_match(t.get("stdout", ""), str(case[1]), self.compare, self.tol)
+                why = "passed" if ok else "wrong answer"
+            else:
+                ok, why = False, t.get("why") or "the program ended the process"
+            passed.append(ok)
+            detail.append(why)
         return ProgramResult(passed, detail, reply.get("output", ""))
 
 

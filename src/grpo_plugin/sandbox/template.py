@@ -1,7 +1,8 @@
 """The sandbox's template process: forked once from the fork server (zygote.py) when everything a child needs is
-loaded, it forks a child per request and collects it when asked, and does nothing else: each page a process
-writes while children share its memory must be copied first (a copy-on-write fault), so the process that forks
-does as little as possible and never the server's bookkeeping. Standard library only."""
+loaded, it forks a child per request — each one PID 1 of a new PID namespace — and collects it when asked, and does
+nothing else: each page a process writes while children share its memory must be copied first (a copy-on-write
+fault), so the process that forks does as little as possible and never the server's bookkeeping. Standard library
+only."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import struct
 import sys
 
 try:
-    from . import child
+    from . import confine
 except ImportError:  # in the fork server: a top-level module beside zygote.py
-    import child
+    import confine
 
 # server -> template: (kind, size of what follows or pid, scratch slot); template -> server: (kind, pid or -errno,
 # wait status)
@@ -24,17 +25,14 @@ _REFCNT = [None]  # ctypes.c_ssize_t.from_address, bound at start, dropped once 
 def _immortalize() -> int:
     """Make every object loaded so far immortal (PEP 683, Python >= 3.12: reference counts of such objects are never
     written), just before the template is forked: a child that uses a module, a function or a constant then writes
-    nothing to the page it lies on, where each write to a page shared with the template cost a copy-on-write fault
-    (measured: 18% fewer faults per child, 13% less of its time). These objects live as long as the template
-    anyway. Returns how many were made so (0 on Python 3.11, which has no immortal objects)."""
+    nothing to the page it lies on (each write to a page shared with the template costs a copy-on-write fault).
+    These objects live as long as the template anyway. Returns how many (0 on Python 3.11)."""
     set_refcnt, _REFCNT[0] = _REFCNT[0], None
-    if sys.version_info < (3, 12) or set_refcnt is None:
+    if sys.version_info < (3, 12) or set_refcnt is None or sys.maxsize < 2 ** 32:
         return 0
     import gc
 
-    immortal = 0xFFFFFFFF  # _Py_IMMORTAL_REFCNT on a 64-bit build (the low half all ones, the high half zero)
-    if sys.maxsize < 2 ** 32:
-        return 0
+    immortal = 0xFFFFFFFF  # _Py_IMMORTAL_REFCNT on a 64-bit build
     getrefcount, get_referents, made = sys.getrefcount, gc.get_referents, 0
     stack = gc.get_objects()
     stack.extend(sys.modules.values())
@@ -47,20 +45,16 @@ def _immortalize() -> int:
         stack.extend(get_referents(obj))
     return made
 
+
 class TemplateGone(Exception):
     pass
 
 
 class Template:
-    """The process that forks the children, as the server sees it. Forked once from the server when everything a
-    child needs is loaded (modules, Landlock rules, the value encoder), it does nothing else from then on: fork a
-    child per `spawn`, collect one per `reap`. The server itself never forks again, so the pages its bookkeeping
-    writes stay its own: when it forked every child, each page it wrote after a fork was shared with the children
-    still running and had to be copied first (~250 copy-on-write faults per program, 40% of its time)."""
+    """The process that forks the children, as the server sees it."""
 
-    def __init__(self, child_main, landlock: child.Landlock | None):
-        """child_main(payload, fds, ruleset): what a child runs (never returns). Requests are answered in order,
-        without waiting on them here: the server goes on serving the other children meanwhile."""
+    def __init__(self, child_main, landlock: confine.Landlock | None):
+        """child_main(payload, fds, ruleset): what a child runs (never returns). Requests are answered in order."""
         import socket
 
         self.socket = socket
@@ -77,18 +71,18 @@ class Template:
         self.sock, self.pid, self.buf = ours, pid, b""
 
     def spawn(self, payload: bytes, fds: list[int], slot: int) -> None:
-        """Ask for a child running `payload` with `fds` (the template closes its copies once it forked) in scratch
-        directory `slot`. Answered, in order, by ("P", pid, 0), or ("P", -errno, 0) when fork failed."""
+        """Ask for a child running `payload` with `fds` in scratch directory `slot` (-1: none; a judge). Answered,
+        in order, by ("P", pid, 0), or ("P", -errno, 0) when fork failed."""
         self._send(_HEAD.pack(b"S", len(payload), slot), fds, payload)
 
     def scratch(self, slot: int, path: str) -> None:
-        """Tell the template scratch directory `slot` is `path` (its Landlock ruleset is built there, once)."""
+        """Scratch directory `slot` is `path` (its Landlock ruleset is built there, once)."""
         data = path.encode()
         self._send(_HEAD.pack(b"L", len(data), slot), (), data)
 
     def reap(self, pid: int) -> None:
-        """Ask to kill child `pid` (its process group) if it still runs and to collect it. Answered by
-        ("X", pid, wait status) (status -1: unknown)."""
+        """Kill child `pid` (PID 1 of its namespace: everything it started dies with it) and collect it. Answered
+        by ("X", pid, wait status) (status -1: unknown)."""
         self._send(_HEAD.pack(b"R", pid, 0))
 
     def _send(self, head: bytes, fds=(), payload: bytes = b"") -> None:
@@ -100,7 +94,6 @@ class Template:
             raise TemplateGone(f"the template process is gone ({exc})") from None
 
     def answers(self) -> list[tuple[bytes, int, int]]:
-        """The answers that arrived (call when its socket is readable)."""
         try:
             data = self.sock.recv(1 << 16, self.socket.MSG_DONTWAIT)
         except BlockingIOError:
@@ -114,10 +107,9 @@ class Template:
         return out
 
 
-def _template_loop(sock, server: int, child_main, landlock: child.Landlock | None) -> None:
-    """The template process: fork on request, reap on request, nothing else (each page it writes is one the children
-    it forked share: the less it does, the fewer copies). It dies with the server."""
-    child._PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | None) -> None:
+    """Fork on request, reap on request, nothing else. It dies with the server."""
+    confine._PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != server:
         return
     null = os.open("/dev/null", os.O_RDWR)
@@ -128,10 +120,15 @@ def _template_loop(sock, server: int, child_main, landlock: child.Landlock | Non
     import socket
 
     gc.disable()
-    recv_fds, recv, send, fork, close, waitall = socket.recv_fds, sock.recv, sock.send, os.fork, os.close, \
-        socket.MSG_WAITALL
+    pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    recv_fds, recv, send, close, waitall = socket.recv_fds, sock.recv, sock.send, os.close, socket.MSG_WAITALL
+    fork = confine.fork_in_new_pid_namespace
     head_size, unpack, pack = _HEAD.size, _HEAD.unpack, _ANSWER.pack
     rulesets: dict[int, int] = {}  # scratch slot -> its Landlock ruleset (-1: none could be built)
+    try:
+        rulesets[-1] = landlock.ruleset(None) if landlock is not None else -1  # the judges': read only
+    except OSError:
+        rulesets[-1] = -2
     while True:
         head, fds, _, _ = recv_fds(sock, head_size, 256)
         if len(head) < head_size:
@@ -142,11 +139,11 @@ def _template_loop(sock, server: int, child_main, landlock: child.Landlock | Non
         if kind == b"S":
             payload = recv(n, waitall) if n else b""
             try:
-                answer = fork()
+                answer = fork(pidns)
             except OSError as exc:
                 answer = -(exc.errno or 1)
-            if answer == 0:  # the child: the template's socket is closed with every other inherited descriptor
-                child_main(payload, fds, rulesets.get(slot, -1))
+            if answer == 0:  # the child: PID 1 of its own namespace
+                child_main(payload, fds, rulesets.get(slot, -2))
                 os._exit(0)
             for fd in fds:
                 close(fd)
@@ -154,12 +151,9 @@ def _template_loop(sock, server: int, child_main, landlock: child.Landlock | Non
             answer = pack(b"P", answer, 0)
         elif kind == b"R":
             try:
-                os.killpg(n, signal.SIGKILL)
+                os.kill(n, signal.SIGKILL)
             except OSError:
-                try:
-                    os.kill(n, signal.SIGKILL)  # before its setpgid
-                except OSError:
-                    pass
+                pass
             try:
                 status = os.waitpid(n, 0)[1]
             except ChildProcessError:
@@ -173,7 +167,7 @@ def _template_loop(sock, server: int, child_main, landlock: child.Landlock | Non
             try:
                 rulesets[slot] = landlock.ruleset(path) if landlock is not None else -1
             except OSError:
-                rulesets[slot] = -1  # its children fail their setup, saying so
+                rulesets[slot] = -2  # its children fail their setup, saying so
             continue
         else:
             return

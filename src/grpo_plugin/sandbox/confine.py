@@ -1,0 +1,201 @@
+"""What a process forked by the sandbox's template does to itself before any untrusted byte reaches it: the kernel
+layers that make it a jail within the jail. Standard library only (it runs inside the jail, in the fork server).
+
+Per process, in this order (each a kernel mechanism; none can be undone by code running afterwards, native code
+included):
+- its own PID namespace (made by the template: the process is PID 1 there and sees, signals, traces and
+  reprioritises nothing but itself and what it forks; when it dies the kernel kills everything it left behind);
+- a separate unprivileged identity: programs run as uid/gid 65534, judges as 65533 (where the jail was started by
+  root; otherwise every capability is dropped and the identity is the jail's own);
+- `no_new_privs`, then Landlock (files: read only what CPython reads, write only its own scratch directory;
+  nothing executable; no TCP bind/connect; signals and abstract sockets scoped to itself), then a seccomp-bpf
+  filter (no ptrace, no namespaces, no SysV IPC or keyrings, no kernel modules, mounts, BPF, perf, io_uring);
+- resource limits (CPU, address space, file size, descriptors, processes, no core dumps).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import stat
+import struct
+
+# bound at the fork server's start (libc through ctypes, resolved once); the same in every forked process
+_SYSCALL = None
+_PRCTL = None
+_BUFFER = None  # ctypes.create_string_buffer
+_ADDRESS = None  # ctypes.addressof
+
+X86 = os.uname().machine == "x86_64"
+NR = {"unshare": 272 if X86 else 97, "setns": 308 if X86 else 268, "capset": 126 if X86 else 91,
+      "seccomp": 317 if X86 else 277}
+CLONE_NEWPID = 0x20000000
+_LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446  # the same numbers on every Linux architecture
+_FS = {name: 1 << bit for bit, name in enumerate((
+    "execute", "write_file", "read_file", "read_dir", "remove_dir", "remove_file", "make_char", "make_dir",
+    "make_reg", "make_sock", "make_fifo", "make_block", "make_sym", "refer", "truncate", "ioctl_dev"))}
+_ABI_FS_BITS = {1: 13, 2: 14, 3: 15, 4: 15, 5: 16}  # rights each ABI version knows
+PROGRAM_UID, JUDGE_UID = 65534, 65533
+
+
+def bind_libc() -> None:
+    """In the fork server, once: libc's syscall and prctl through ctypes (every forked process inherits them)."""
+    global _SYSCALL, _PRCTL, _BUFFER, _ADDRESS
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    _SYSCALL, _PRCTL = libc.syscall, libc.prctl
+    _SYSCALL.restype = ctypes.c_long
+    _BUFFER, _ADDRESS = ctypes.create_string_buffer, ctypes.addressof
+
+
+def _errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
+
+
+def _check(rc: int, what: str) -> int:
+    if rc < 0:
+        e = _errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+    return rc
+
+
+def unshare(flags: int) -> None:
+    if hasattr(os, "unshare"):
+        os.unshare(flags)
+    else:  # Python 3.11
+        _check(_SYSCALL(NR["unshare"], flags), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    if hasattr(os, "setns"):
+        os.setns(fd, nstype)
+    else:
+        _check(_SYSCALL(NR["setns"], fd, nstype), "setns")
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 when it has none (or it is disabled)."""
+    if _SYSCALL is None:
+        return 0
+    return max(0, int(_SYSCALL(_LL_CREATE, None, 0, 1)))  # LANDLOCK_CREATE_RULESET_VERSION
+
+
+class Landlock:
+    """Rulesets prepared once in the template: `readable` paths may be read (files and directories), `writable`
+    ones read and written (files and directories made and removed in them; no devices, FIFOs, sockets or
+    symlinks); nothing else, nothing executed, no TCP bind/connect, and (ABI >= 6) no signal to and no abstract
+    socket of any process outside the domain."""
+
+    def __init__(self, abi: int, readable: tuple[str, ...]):
+        self.abi = abi
+        fs_all = sum(v for v in _FS.values() if v < (1 << _ABI_FS_BITS.get(abi, 16)))
+        self.attr = _BUFFER(struct.pack("=QQQ", fs_all, 0b11 if abi >= 4 else 0, 0b11 if abi >= 6 else 0))
+        self.size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+        file_rights = _FS["read_file"] | _FS["write_file"] | (_FS["truncate"] if abi >= 3 else 0)
+        self.scratch_rights = file_rights | _FS["read_dir"] | _FS["remove_dir"] | _FS["remove_file"] \
+            | _FS["make_dir"] | _FS["make_reg"]
+        self.static = []  # packed rules with their O_PATH descriptors (kept open here for every ruleset)
+        for path in readable:
+            self.static.append(self._rule(path, _FS["read_file"] | _FS["read_dir"]))
+        for path in ("/dev/null",):
+            self.static.append(self._rule(path, _FS["read_file"] | _FS["write_file"]))
+        self.static = [r for r in self.static if r is not None]
+
+    def _rule(self, path: str, rights: int):
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return None
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            rights &= _FS["read_file"] | _FS["write_file"] | _FS["truncate"]
+        return _BUFFER(struct.pack("=Qi", rights, fd))
+
+    def ruleset(self, writable: str | None) -> int:
+        """A ruleset descriptor: these rules, and `writable` (a scratch directory) when given."""
+        rs = _check(_SYSCALL(_LL_CREATE, self.attr, self.size, 0), "landlock_create_ruleset")
+        try:
+            rules = list(self.static)
+            if writable is not None:
+                sfd = os.open(writable, os.O_PATH | os.O_CLOEXEC)
+                rules.append(_BUFFER(struct.pack("=Qi", self.scratch_rights, sfd)))
+            else:
+                sfd = -1
+            try:
+                for rule in rules:
+                    _check(_SYSCALL(_LL_ADD_RULE, rs, 1, rule, 0), "landlock_add_rule")
+            finally:
+                if sfd >= 0:
+                    os.close(sfd)
+        except BaseException:
+            os.close(rs)
+            raise
+        return rs
+
+
+class Seccomp:
+    """The seccomp-bpf program (built by the trainer with libseccomp, sent as bytes), ready to load: a
+    `struct sock_fprog` pointing at it, made once in the template."""
+
+    def __init__(self, bpf: bytes):
+        if len(bpf) % 8 or not bpf:
+            raise ValueError("a seccomp program is a whole number of 8-byte instructions")
+        self.prog = _BUFFER(bpf, len(bpf))
+        self.fprog = _BUFFER(struct.pack("=HxxxxxxQ", len(bpf) // 8, _ADDRESS(self.prog)))
+
+    def load(self) -> None:
+        _check(_SYSCALL(NR["seccomp"], 1, 0, self.fprog), "seccomp(SECCOMP_SET_MODE_FILTER)")
+
+
+def _drop_capabilities() -> None:
+    """capset(2) to nothing: a process whose identity cannot change (the jail maps one user) keeps no capability."""
+    header = _BUFFER(struct.pack("=Ii", 0x20080522, 0))  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = _BUFFER(bytes(24))  # effective, permitted, inheritable x 2: all zero
+    _check(_SYSCALL(NR["capset"], header, data), "capset")
+
+
+def confine(uid: int | None, ruleset: int, seccomp: Seccomp | None, keep_fds: list[int], limits: dict) -> None:
+    """Confine this (freshly forked) process for good. `uid`: the identity to take (None: keep the jail's,
+    dropping every capability). `keep_fds` become 0, 1, 2, 3, ... in order; every other descriptor is closed.
+    Raises OSError when a layer cannot be put in place (the caller reports it; nothing untrusted has run)."""
+    _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: it dies with the template, whatever kills that
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # every capability goes with uid 0
+    else:
+        _drop_capabilities()
+    _PRCTL(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, no ptrace by the same user
+    if _PRCTL(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if ruleset >= 0:
+        _check(_SYSCALL(_LL_RESTRICT, ruleset, 0), "landlock_restrict_self")
+    # descriptors: keep_fds -> 0..n-1, the rest closed (the Landlock rule paths, the template's socket, ...)
+    moved = [os.dup(fd) for fd in keep_fds]
+    for k, fd in enumerate(moved):
+        os.dup2(fd, k)
+    os.closerange(len(moved), limits["max_fd_scan"])
+    for res, value in ((resource.RLIMIT_CPU, limits["cpu_s"]), (resource.RLIMIT_AS, limits["memory_bytes"]),
+                       (resource.RLIMIT_FSIZE, limits["output_bytes"]), (resource.RLIMIT_NOFILE, 256),
+                       (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, limits["nproc"]),
+                       (resource.RLIMIT_MSGQUEUE, 0), (resource.RLIMIT_MEMLOCK, 0)):
+        soft = value if res != resource.RLIMIT_CPU else value
+        resource.setrlimit(res, (soft, value + 1 if res == resource.RLIMIT_CPU else value))
+    if seccomp is not None:
+        seccomp.load()  # last: what comes before needed some of what it refuses
+
+
+def fork_in_new_pid_namespace(pidns_fd: int) -> int:
+    """fork(), the child as PID 1 of a new PID namespace (the caller's own namespace restored after). Needs
+    CAP_SYS_ADMIN in the jail's user namespace (the template's only use of it)."""
+    unshare(CLONE_NEWPID)
+    try:
+        return os.fork()
+    finally:
+        try:
+            setns(pidns_fd, CLONE_NEWPID)
+        except OSError:
+            pass  # in the child: it may not (and need not) go back
