@@ -24,8 +24,8 @@ Rewards (TRL's signature; completions as strings or as chat message lists):
 - `code_execution_reward(completions, test_cases=None, tests=None, **kwargs)`: the code is the last fenced
   ```python block of the completion (else the whole completion); the score is the fraction of the row's tests
   that pass — its assert-style `test_cases`, or its stdin/stdout or call-based `tests` — each judged on its own
-  in the sandbox (grpo_plugin.sandbox: no network, files confined by the kernel, no processes, an empty
-  environment, time and memory limits, verdicts made outside the program's process). Never raises on bad input:
+  in the sandbox (grpo_plugin.sandbox: a kernel jail — namespaces, a separate user, Landlock, seccomp, limits —
+  and tests judged in a process of their own, never in the program's). Never raises on bad input:
   a row without tests, or code that does not parse, scores 0.0.
 - `code_all_pass_reward(...)`: the same, binary: 1.0 only when every test passes (what many code-RL recipes use).
 - `soft_format_reward(completions, **kwargs)`: 1.0 when the completion has a fenced Python block that parses,
@@ -33,7 +33,7 @@ Rewards (TRL's signature; completions as strings or as chat message lists):
 
 Sandbox limits from the environment of `axolotl train`: GRPO_SANDBOX_TIMEOUT_S (per test, default 2),
 GRPO_SANDBOX_MEMORY_MB (per program, default 2048), GRPO_SANDBOX_WORKERS (programs at once, default: the cores + 1),
-GRPO_SANDBOX_FILES (files a program may write, default 256; each at most 1 MiB).
+GRPO_SANDBOX_SCRATCH_MB (the scratch space all running programs share, default 256; each file at most 1 MiB).
 A row's own time limit (contest rows) replaces the per-test default; GRPO_CODE_MAX_TESTS (default 32) caps the
 tests a contest row keeps (public ones first); GRPO_CODE_COMPARE (`tokens`, the default, or `exact`) and
 GRPO_CODE_FLOAT_TOL (default 1e-6) set how stdin/stdout outputs are compared (a row's own `compare`/`tol` win).
@@ -75,7 +75,7 @@ def sandbox():
 
             limits = Limits(wall_s=float(os.environ.get("GRPO_SANDBOX_TIMEOUT_S", 2.0)),
                             memory_mb=int(os.environ.get("GRPO_SANDBOX_MEMORY_MB", 2048)),
-                            files=int(os.environ.get("GRPO_SANDBOX_FILES", 256)))
+                            scratch_mb=int(os.environ.get("GRPO_SANDBOX_SCRATCH_MB", 256)))
             workers = int(os.environ["GRPO_SANDBOX_WORKERS"]) if os.environ.get("GRPO_SANDBOX_WORKERS") else None
             _SANDBOX = Sandbox(limits, workers=workers)
             atexit.register(_SANDBOX.close)

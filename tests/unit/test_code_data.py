@@ -112,14 +112,15 @@ def test_sandbox_limits_come_from_the_environment(monkeypatch):
     import rewards.code as code
 
     monkeypatch.setattr(code, "_SANDBOX", None)
-    for key, value in {"GRPO_SANDBOX_TIMEOUT_S": "1.5", "GRPO_SANDBOX_MEMORY_MB": "256", "GRPO_SANDBOX_FILES": "3",
+    for key, value in {"GRPO_SANDBOX_TIMEOUT_S": "1.5", "GRPO_SANDBOX_MEMORY_MB": "256", "GRPO_SANDBOX_SCRATCH_MB": "1",
                        "GRPO_SANDBOX_WORKERS": "1"}.items():
         monkeypatch.setenv(key, value)
     sb = code.sandbox()
     try:
-        assert (sb.limits.wall_s, sb.limits.memory_mb, sb.limits.files, sb.workers) == (1.5, 256, 3, 1)
-        res = sb.run([("n = 0\ntry:\n    for k in range(5):\n        open(f'f{k}', 'w').close()\n        n += 1\n"
-                       "except PermissionError:\n    pass\n", ["assert n == 3"])])[0]
+        assert (sb.limits.wall_s, sb.limits.memory_mb, sb.limits.scratch_mb, sb.workers) == (1.5, 256, 1, 1)
+        # the scratch space is 1 MiB: the third 512 KiB file does not fit
+        res = sb.run([("n = 0\ntry:\n    for k in range(5):\n        open(f'f{k}', 'wb').write(b'x' * (512 << 10))\n"
+                       "        n += 1\nexcept OSError:\n    pass\n", ["assert n == 1"])])[0]
         assert res.passed == [True], res
     finally:
         sb.close()

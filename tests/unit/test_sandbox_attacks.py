@@ -1108,7 +1108,11 @@ for _name in PROBES:
 
 @route
 def proc_list(t):
-    seen = sorted(int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) != OWN)
+    try:
+        names = os.listdir("/proc")
+    except PermissionError:  # refused: it names nothing
+        return "none"
+    seen = sorted(int(n) for n in names if n.isdigit() and int(n) != OWN)
     return " ".join(map(str, seen)) or "none"
 '''
 

@@ -592,7 +592,7 @@ A("class_with_eq", r"""
             if other.currency != self.currency:
                 raise ValueError("currency mismatch")
             return Money(self.amount + other.amount, self.currency)
-    """, ("(self.amount, self.currency) == (other.amount, other.currency)", "self.amount == other.amount"),
+    """, ("Money(self.amount + other.amount, self.currency)", "Money(self.amount - other.amount, self.currency)"),
   'assert Money(5, "EUR") + Money(7, "EUR") == Money(12, "EUR")',
   'assert Money(1, "USD") != Money(1, "EUR")',
   """

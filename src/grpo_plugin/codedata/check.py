@@ -24,7 +24,6 @@ from pathlib import Path
 
 from grpo_plugin.codedata.contests import RowError, is_contest_row, parse_row
 from grpo_plugin.codedata.extract import extract_code, parses
-from grpo_plugin.sandbox.split import split_test
 
 FORMATS = (("instruction", "response"), ("input", "output"))
 
@@ -91,18 +90,12 @@ def inspect_row(line_no: int, text: str) -> tuple[RowReport, tuple[str, list[str
     elif not isinstance(raw_tests, list) or not all(isinstance(t, str) for t in raw_tests):
         rep.errors.append("test_cases must be a list of strings (Python statements)")
     else:
-        in_child = []
         for i, t in enumerate(raw_tests):
             try:
-                if split_test(t).in_child:
-                    in_child.append(i)
+                ast.parse(t)
                 tests.append(t)
             except (SyntaxError, ValueError) as exc:
                 rep.errors.append(f"test {i} does not parse ({exc.__class__.__name__}: {exc}): {t[:80]!r}")
-        if in_child:
-            rep.warnings.append(f"tests {in_child} are judged inside the program's process (a loop, a comprehension "
-                                "over its values, ...): weaker than the others; plain asserts are judged outside "
-                                "(docs/code.md#verdicts)")
     if reference is not None:
         code = extract_code(reference)
         try:

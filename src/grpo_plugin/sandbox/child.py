@@ -79,9 +79,6 @@ def prepare_interpreter(scratch: str, site_dirs: list[str]) -> None:
             sys.path.append(d)
     _install_exit()
     sys.argv[:] = ["solution.py"]
-    import tempfile
-
-    tempfile.tempdir = None  # found again from TMPDIR
 
 
 # ---- the service a judge calls ------------------------------------------------------------------------------
@@ -213,7 +210,17 @@ class Service:
             return str(obj)
         if name == "repr":
             return repr(obj)
+        if name.startswith("__") and name in _OPERATORS:  # arithmetic, and ordering between its own objects
+            result = getattr(obj, name)(*args)
+            if result is NotImplemented:
+                raise TypeError(f"{name} of {type(obj).__name__} not supported")
+            return result
         raise ValueError(f"unknown operation {name!r}")
+
+
+_OPERATORS = frozenset(f"__{p}{o}__" for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
+                                                 "and", "or", "xor", "lshift", "rshift") for p in ("", "r")) | {
+    "__lt__", "__le__", "__gt__", "__ge__", "__neg__", "__pos__", "__abs__"}
 
 
 def _state(obj) -> dict:

@@ -156,9 +156,16 @@ class Jail:
         cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN"]
         if self.userns_fd >= 0:
-            for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER"):
+            for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL"):
                 cmd += ["--cap-add", cap]
-        for path in self.readable:
+        made: set[str] = set()
+        for path in self.readable:  # the directories above a bound one, traversable by every user of the jail
+            parts = Path(path).parts
+            for k in range(2, len(parts)):
+                d = str(Path(*parts[:k]))
+                if d not in made and not any(d == r or d.startswith(r + "/") for r in self.readable):
+                    made.add(d)
+                    cmd += ["--perms", "0755", "--dir", d]
             cmd += ["--ro-bind", path, path]
         for target, path in self.links:
             cmd += ["--symlink", target, path]

@@ -4,9 +4,10 @@ and says which pass. Standard library only (it runs inside the jail).
 Every test runs here, whole, with real builtins and the test's own imports: an assert, a loop, a comprehension,
 HumanEval's `def check(candidate)`. A name the test reads and does not bind resolves, in order, to: a builtin
 (the program never rebinds what `abs`, `sorted` or `set` mean to a test); a standard module when the test uses it
-as one (`math.isclose`: the real module, whatever the program bound to `math`); what the program imported by
-name at top level (`Counter` from `collections`: the real one); else the program's own name, reached through its
-process. Calling the program's code is a request to that process (child.Service) that returns plain data: the
+as one (`math.isclose`: the real module, whatever the program bound to `math`); the standard value types tests
+compare with (`Counter`, `defaultdict`, `OrderedDict`, `deque`, `namedtuple`, `Fraction`, `Decimal`); what the
+program imported by name at top level (`gcd` from `math`: the real one); else the program's own name, reached
+through its process. Calling the program's code is a request to that process (child.Service) that returns plain data: the
 return value and the arguments after the call (in-place mutation is seen here), or the exception it raised, raised
 here as the same type. Objects the program keeps (its classes' instances, generators) come back as stand-ins
 whose methods are requests again; their `==` compares their type and fields, and `isinstance` works with the
@@ -34,6 +35,11 @@ except ImportError:  # in the fork server: top-level modules beside zygote.py
     import codec
 
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+# value types tests compare with and often use without importing them (they came with the reference solution's
+# imports): always the standard library's, whatever the program binds to these names
+_STDLIB_VALUES = {"Counter": "collections", "defaultdict": "collections", "OrderedDict": "collections",
+                  "deque": "collections", "namedtuple": "collections", "Fraction": "fractions",
+                  "Decimal": "decimal"}
 
 
 class ProgramFailed(Exception):
@@ -114,7 +120,9 @@ class Program:
         return h(obj)
 
     def describe_for_program(self, cls) -> dict:
-        return {"h": getattr(cls, "_grpo_class_handle", None), "n": cls.__name__, "nt": list(cls._fields)}
+        fields = getattr(cls, "_fields", None)
+        return {"h": getattr(cls, "_grpo_class_handle", None), "n": cls.__name__,
+                "nt": list(fields) if isinstance(fields, tuple) else None}
 
     def remote(self, handle, desc):
         if type(handle) is not int or not isinstance(desc, dict):
@@ -285,6 +293,112 @@ class Remote:
         program, h = self._grpo()
         return program.value(program.request("op", h, name, program.encoder.tree(list(args))))
 
+    def _grpo_binary(self, name, other, both_program=False):
+        if both_program and not isinstance(other, Remote):
+            return NotImplemented  # a program's object never decides how it orders against a test's value
+        try:
+            return self._grpo_op(name, other)
+        except TypeError:
+            return NotImplemented
+
+    def __add__(self, other):
+        return self._grpo_binary("__add__", other)
+
+    def __radd__(self, other):
+        return self._grpo_binary("__radd__", other)
+
+    def __sub__(self, other):
+        return self._grpo_binary("__sub__", other)
+
+    def __rsub__(self, other):
+        return self._grpo_binary("__rsub__", other)
+
+    def __mul__(self, other):
+        return self._grpo_binary("__mul__", other)
+
+    def __rmul__(self, other):
+        return self._grpo_binary("__rmul__", other)
+
+    def __truediv__(self, other):
+        return self._grpo_binary("__truediv__", other)
+
+    def __rtruediv__(self, other):
+        return self._grpo_binary("__rtruediv__", other)
+
+    def __floordiv__(self, other):
+        return self._grpo_binary("__floordiv__", other)
+
+    def __rfloordiv__(self, other):
+        return self._grpo_binary("__rfloordiv__", other)
+
+    def __mod__(self, other):
+        return self._grpo_binary("__mod__", other)
+
+    def __rmod__(self, other):
+        return self._grpo_binary("__rmod__", other)
+
+    def __pow__(self, other):
+        return self._grpo_binary("__pow__", other)
+
+    def __rpow__(self, other):
+        return self._grpo_binary("__rpow__", other)
+
+    def __matmul__(self, other):
+        return self._grpo_binary("__matmul__", other)
+
+    def __rmatmul__(self, other):
+        return self._grpo_binary("__rmatmul__", other)
+
+    def __and__(self, other):
+        return self._grpo_binary("__and__", other)
+
+    def __rand__(self, other):
+        return self._grpo_binary("__rand__", other)
+
+    def __or__(self, other):
+        return self._grpo_binary("__or__", other)
+
+    def __ror__(self, other):
+        return self._grpo_binary("__ror__", other)
+
+    def __xor__(self, other):
+        return self._grpo_binary("__xor__", other)
+
+    def __rxor__(self, other):
+        return self._grpo_binary("__rxor__", other)
+
+    def __lshift__(self, other):
+        return self._grpo_binary("__lshift__", other)
+
+    def __rlshift__(self, other):
+        return self._grpo_binary("__rlshift__", other)
+
+    def __rshift__(self, other):
+        return self._grpo_binary("__rshift__", other)
+
+    def __rrshift__(self, other):
+        return self._grpo_binary("__rrshift__", other)
+    def __lt__(self, other):
+        return self._grpo_binary("__lt__", other, both_program=True)
+
+    def __le__(self, other):
+        return self._grpo_binary("__le__", other, both_program=True)
+
+    def __gt__(self, other):
+        return self._grpo_binary("__gt__", other, both_program=True)
+
+    def __ge__(self, other):
+        return self._grpo_binary("__ge__", other, both_program=True)
+
+    def __neg__(self):
+        return self._grpo_op("__neg__")
+
+    def __pos__(self):
+        return self._grpo_op("__pos__")
+
+    def __abs__(self):
+        return self._grpo_op("__abs__")
+
     def __len__(self):
         n = self._grpo_op("len")
         if type(n) is not int or n < 0:
@@ -404,6 +518,8 @@ class Judge:
     def resolve(self, name: str, used_as_module: bool):
         if used_as_module and name in _STDLIB:
             return __import__(name)
+        if name in _STDLIB_VALUES:
+            return getattr(__import__(_STDLIB_VALUES[name]), name)
         imported = self.imports().get(name)
         if imported is not None:
             module, attr = imported
@@ -454,7 +570,7 @@ class Judge:
             except AssertionError:
                 ok, detail = False, "AssertionError"
             except BaseException as exc:  # noqa: BLE001 - the test's own error, or one the program's code raised
-                ok, detail = False, type(exc).__name__
+                ok, detail = False, _describe(exc)
             self.say(f"P {i}" if ok else f"F {i} {detail}")
 
     def assert_test(self, src: str):
@@ -477,6 +593,14 @@ class Judge:
         got = target(*args)
         ok = returns_match(got, expected)
         return ok, "passed" if ok else "wrong answer"
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        msg = str(exc)
+    except Exception:  # noqa: BLE001
+        msg = ""
+    return f"{type(exc).__name__}: {msg}"[:200] if msg else type(exc).__name__
 
 
 def _jsonish(x):
