@@ -475,6 +475,13 @@ def program_imports(source: str) -> dict[str, tuple[str, str | None]]:
     return out
 
 
+def compile_test(src: str) -> tuple:
+    """(code, the names the test reads only as `name.attribute`): done once per distinct test, in the server."""
+    tree = ast.parse(src)
+    modules, _ = _module_uses(tree)
+    return compile(tree, "<test>", "exec", dont_inherit=True), sorted(modules)
+
+
 def _module_uses(tree: ast.AST) -> tuple[set[str], set[str]]:
     """(names the test reads only as `name.attribute`, names it reads otherwise)."""
     as_module, other = set(), set()
@@ -502,8 +509,7 @@ class Names(dict):
 class Judge:
     def __init__(self, job: dict, program: Program, verdicts: int):
         self.job, self.program, self.out = job, program, verdicts
-        self._imports: dict | None = None
-        self.compiled: dict[str, tuple] = {}
+        self.kept: dict[str, object] = {}  # the program's functions and classes, fetched once per job
 
     def say(self, line: str) -> None:
         data = (line.replace("\n", " ")[:300] + "\n").encode()
@@ -511,9 +517,7 @@ class Judge:
             data = data[os.write(self.out, data):]
 
     def imports(self) -> dict:
-        if self._imports is None:
-            self._imports = program_imports(self.job.get("source") or "")
-        return self._imports
+        return self.job.get("imports") or {}
 
     def resolve(self, name: str, used_as_module: bool):
         if used_as_module and name in _STDLIB:
@@ -533,18 +537,17 @@ class Judge:
                     return __import__(f"{module}.{attr}", fromlist=["_"])
             except Exception:  # noqa: BLE001 - not importable here: the program's own
                 pass
+        hit = self.kept.get(name)
+        if hit is not None:
+            return hit
         try:
-            return self.program.get(name)
+            value = self.program.get(name)
         except NameError:
             raise NameError(f"name {name!r} is not defined") from None
+        if isinstance(value, (Remote, RemoteMeta)):  # a function or class: the same one for every test
+            self.kept[name] = value
+        return value
 
-    def compile_test(self, src: str):
-        hit = self.compiled.get(src)
-        if hit is None:
-            tree = ast.parse(src)
-            modules, _ = _module_uses(tree)
-            hit = self.compiled[src] = (compile(tree, "<test>", "exec", dont_inherit=True), modules)
-        return hit
 
     def run(self, start: int, end: int) -> None:
         mode = self.job["mode"]
@@ -562,7 +565,7 @@ class Judge:
                         target = self.call_target()
                     ok, detail = self.call_test(target, self.job["cases"][i])
                 else:
-                    ok, detail = self.assert_test(self.job["tests"][i])
+                    ok, detail = self.assert_test(self.job["compiled"][i - start])
             except ProgramFailed as exc:
                 ok, detail = False, str(exc)
             except SyntaxError:
@@ -573,9 +576,11 @@ class Judge:
                 ok, detail = False, _describe(exc)
             self.say(f"P {i}" if ok else f"F {i} {detail}")
 
-    def assert_test(self, src: str):
-        code, modules = self.compile_test(src)
-        exec(code, {"__builtins__": Names(self, modules), "__name__": "__test__"})  # noqa: S102
+    def assert_test(self, compiled):
+        if compiled is None:
+            raise SyntaxError("the test does not parse")
+        code, modules = compiled
+        exec(code, {"__builtins__": Names(self, set(modules)), "__name__": "__test__"})  # noqa: S102
         return True, "passed"
 
     def call_target(self):
@@ -622,6 +627,7 @@ def returns_match(actual, expected) -> bool:
 
 
 def run_judge(job: dict, start: int, end: int, rpc_fd: int, verdict_fd: int, limits: dict) -> None:
+    """One job's tests [start, end); its last line is `Z` (the job is over, whatever happened)."""
     program = Program(rpc_fd, limits["value_bytes"], limits["job_bytes"])
     judge = Judge(job, program, verdict_fd)
     try:
@@ -631,4 +637,28 @@ def run_judge(job: dict, start: int, end: int, rpc_fd: int, verdict_fd: int, lim
             judge.say(f"X judge {type(exc).__name__}: {exc}")
         except OSError:
             pass
-    os._exit(0)
+    judge.say("Z")
+
+
+def serve(ctrl, verdict_fd: int, limits: dict) -> None:
+    """A judge's life: jobs one after the other from the fork server (`ctrl`, a socket: each job a length-prefixed
+    marshal with the job's end of its program's socket attached), until the server closes it or replaces this
+    judge (after a job over-ran its time, this process is killed with it)."""
+    import marshal
+    import socket
+
+    while True:
+        head, fds, _, _ = socket.recv_fds(ctrl, 4, 4)
+        if len(head) < 4:
+            os._exit(0)
+        n = int.from_bytes(head, "little")
+        payload = ctrl.recv(n, socket.MSG_WAITALL) if n else b""
+        if len(payload) < n or len(fds) != 1:
+            os._exit(0)
+        job_text, start, end, tests, imports = marshal.loads(payload)
+        job = json.loads(job_text)
+        job["compiled"], job["imports"] = tests, imports
+        try:
+            run_judge(job, start, end, fds[0], verdict_fd, limits)
+        finally:
+            os.close(fds[0])

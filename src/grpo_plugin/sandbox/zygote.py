@@ -60,7 +60,8 @@ class _Run:
     def __init__(self, job, start, end, slot, nonce, limits):
         self.job, self.start, self.end, self.slot, self.nonce = job, start, end, slot, nonce
         self.stdio = job["mode"] == "stdio"
-        self.pids: dict[str, int | None] = {"program": None} if self.stdio else {"program": None, "judge": None}
+        self.pids: dict[str, int | None] = {"program": None}
+        self.judge: dict | None = None  # the judge serving this run (assert / call tests)
         self.unreaped = len(self.pids)
         self.status: dict[str, int] = {}  # wait status of each process collected
         self.ending: str | None = None  # set (to why, "" for none) once it is being killed and collected
@@ -98,7 +99,10 @@ class Zygote:
         self.slots = [self.new_slot(k) for k in range(self.workers)]
         self.free = list(range(self.workers))
         self.unsent = False
+        self.judges: dict[int, dict] = {}  # scratch slot -> its judge process
         self.programs: dict[str, object] = {}  # source -> code object (a batch repeats its programs)
+        self.tests: dict[str, object] = {}  # test source -> (code object, names used as modules)
+        self.program_imports: dict[str, dict] = {}
         template._immortalize()
         self.template = template.Template(self.child_main, self.landlock)
         self.sel.register(self.template.sock, selectors.EVENT_READ, "template")
@@ -113,8 +117,7 @@ class Zygote:
             role, *rest = marshal.loads(payload)
             limits = dict(self.limits)
             if role == "judge":
-                job_text, start, end, cpu = rest
-                limits["cpu_s"], limits["nproc"], limits["output_bytes"] = cpu, 64, 0
+                limits["cpu_s"], limits["nproc"], limits["output_bytes"] = 24 * 3600, 64, 0  # the server keeps time
                 os.environ.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
                 limits["memory_bytes"] = self.limits["judge_memory_bytes"]
                 report = fds[1]
@@ -124,7 +127,7 @@ class Zygote:
                 report = 1
                 os.chdir("/")
                 sys.path.extend(d for d in self.site_dirs if d not in sys.path)  # a test's `import numpy`
-                judge.run_judge(json.loads(job_text), start, end, 3, 1, limits)
+                judge.serve(socket.socket(fileno=3), 1, limits)
             else:
                 mode, start, end, nonce, scratch, cpu, program = rest
                 limits["cpu_s"] = cpu
@@ -166,6 +169,91 @@ class Zygote:
                 code = type(exc).__name__
             self.programs[src] = code
         return code
+
+    def test(self, src: str):
+        """A test compiled here, once per distinct source (a batch repeats its tests): (code, the names it uses
+        only as modules), or None when it does not parse."""
+        hit = self.tests.get(src, False)
+        if hit is False:
+            if len(self.tests) > 16384:
+                self.tests.clear()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    hit = judge.compile_test(src)
+            except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+                hit = None
+            self.tests[src] = hit
+        return hit
+
+    def imports(self, source: str) -> dict:
+        hit = self.program_imports.get(source)
+        if hit is None:
+            if len(self.program_imports) > 4096:
+                self.program_imports.clear()
+            hit = self.program_imports[source] = judge.program_imports(source)
+        return hit
+
+    def judge_for(self, slot: int) -> dict:
+        """The judge process serving `slot`'s jobs (one at a time), started if there is none."""
+        j = self.judges.get(slot)
+        if j is not None and j["jobs"] < 1000:
+            j["jobs"] += 1
+            return j
+        if j is not None:  # recycled now and then (its memory, and its CPU time)
+            self.retire(j)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        v_r, v_w = os.pipe()
+        null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+        try:
+            # 0 /dev/null, 1 verdicts, 2 /dev/null, 3 jobs (with their program's socket attached)
+            self.template.spawn(marshal.dumps(("judge",)), [null, v_w, null, theirs.fileno()], -1)
+        finally:
+            for fd in (null, v_w):
+                os.close(fd)
+            theirs.close()
+        j = {"slot": slot, "pid": None, "ctrl": ours, "v": v_r, "buf": b"", "run": None, "jobs": 1, "gone": False}
+        self.starting.append((j, "judge"))
+        os.set_blocking(v_r, False)
+        self.sel.register(v_r, selectors.EVENT_READ, ("judge", j))
+        self.judges[slot] = j
+        return j
+
+    def retire(self, j: dict) -> None:
+        """Kill a judge (one of its jobs over-ran, or it served enough): the slot gets a new one when needed."""
+        if self.judges.get(j["slot"]) is j:
+            del self.judges[j["slot"]]
+        if j["gone"]:
+            return
+        j["gone"] = True
+        try:
+            self.sel.unregister(j["v"])
+        except (KeyError, ValueError):
+            pass
+        os.close(j["v"])
+        j["ctrl"].close()
+        if j["pid"] is not None:
+            self.template.reap(j["pid"])
+            self.reaping[j["pid"]] = None
+
+    def on_judge_data(self, j: dict, chunk: bytes) -> None:
+        run = j["run"]
+        buf = j["buf"] + chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if run is None or run.ending is not None:
+                continue
+            if line == b"Z":
+                j["run"] = None
+                run.done = True
+                self.finish(run, None)
+                run = None
+                continue
+            try:
+                self.on_verdict(run, line)
+            except (ProtocolError, ValueError, IndexError, KeyError) as exc:
+                self.finish(run, f"killed: the judge: {exc}")
+        j["buf"] = buf[-4096:]
 
     def new_slot(self, k: int) -> str:
         path = os.path.join(self.root, f"slot{k}-{time.monotonic_ns()}")
@@ -215,19 +303,22 @@ class Zygote:
                 self.starting.append((run, "program"))
             else:
                 rpc_c, rpc_j = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-                v_r, v_w = os.pipe()
-                ours["v"] = v_r
-                theirs += [rpc_c.detach(), rpc_j.detach(), v_w]
-                rc, rj = theirs[-3], theirs[-2]
+                theirs += [rpc_c.detach(), rpc_j.detach()]
+                rc, rj = theirs[-2], theirs[-1]
                 # the program: 0 /dev/null, 1-2 diagnostics, 3 its end of the socket, 4 setup status
                 payload = marshal.dumps(("program", job["mode"], start, end, nonce, self.slots[slot], cpu, program))
                 self.template.spawn(payload, [null, out_w, out_w, rc, w_w], slot)
                 self.starting.append((run, "program"))
-                # the judge: 0 /dev/null, 1 verdicts, 2 /dev/null, 3 its end of the socket
-                jcpu = max(1, int(run.budget) + 1)
-                text = json.dumps({k: job[k] for k in ("mode", "tests", "cases", "fn", "source") if k in job})
-                self.template.spawn(marshal.dumps(("judge", text, start, end, jcpu)), [null, v_w, null, rj], -1)
-                self.starting.append((run, "judge"))
+                # the slot's judge (started when the slot first needs one, or after the last was replaced)
+                text = json.dumps({k: job[k] for k in ("mode", "cases", "fn") if k in job})
+                tests = [self.test(t) for t in job["tests"][start:end]] if job["mode"] == "asserts" else []
+                imports = self.imports(job.get("source") or "")
+                judge_ = self.judge_for(slot)
+                payload = marshal.dumps((text, start, end, tests, imports))
+                socket.send_fds(judge_["ctrl"], [len(payload).to_bytes(4, "little")], [rj])
+                judge_["ctrl"].sendall(payload)
+                judge_["run"] = run
+                run.judge = judge_
         finally:
             for fd in theirs:
                 os.close(fd)
@@ -353,6 +444,9 @@ class Zygote:
             run.ending = run.ending or why or ""
             return
         run.ending = why or ""
+        if run.judge is not None and run.judge["run"] is run:  # it ends before its judge said so: a new judge
+            run.judge["run"] = None
+            self.retire(run.judge)
         for r in run.fds.values():
             if r in self.fd_run:
                 self.sel.unregister(r)
@@ -365,6 +459,19 @@ class Zygote:
     def on_answer(self, kind: bytes, pid: int, status: int) -> None:
         if kind == b"P":
             run, role = self.starting.popleft()
+            if role == "judge":  # a judge record
+                j = run
+                if pid < 0:
+                    j["pid"] = None
+                    if j["run"] is not None:
+                        self.finish(j["run"], f"could not start its judge: fork: {os.strerror(-pid)}")
+                    self.retire(j)
+                    return
+                j["pid"] = pid
+                if j["gone"]:
+                    self.template.reap(pid)
+                    self.reaping[pid] = None
+                return
             if pid < 0:
                 run.pids[role] = 0
                 run.unreaped -= 1
@@ -379,6 +486,8 @@ class Zygote:
                 self.reaping[pid] = run
         elif kind == b"X":
             run = self.reaping.pop(pid)
+            if run is None:  # a judge
+                return
             run.status[[r for r, p in run.pids.items() if p == pid][0]] = status
             run.unreaped -= 1
             if run.unreaped == 0:
@@ -513,6 +622,22 @@ class Zygote:
                     for answer in self.template.answers():
                         self.on_answer(*answer)
                     continue
+                if key.data[0] == "judge":
+                    j = key.data[1]
+                    try:
+                        chunk = os.read(key.fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        chunk = b""
+                    if chunk:
+                        self.on_judge_data(j, chunk)
+                    else:  # the judge died: its job fails, the slot gets a new one
+                        if j["run"] is not None:
+                            r, j["run"] = j["run"], None
+                            self.finish(r, "the judge process ended")
+                        self.retire(j)
+                    continue
                 run, which = key.data
                 if key.fd not in self.fd_run:
                     continue
@@ -531,8 +656,8 @@ class Zygote:
                     continue
                 self.sel.unregister(key.fd)
                 del self.fd_run[key.fd]
-                if which == ("out" if run.stdio else "v"):
-                    self.finish(run, None)  # the judge (or the stdin/stdout program) is done: collect the run
+                if which == "out" and run.stdio:
+                    self.finish(run, None)  # the stdin/stdout program is done: collect the run
             now = time.monotonic()
             for run in list(self.children):
                 if run.ending is None and (now > run.hard_deadline or now > run.deadline):
