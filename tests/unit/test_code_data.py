@@ -118,8 +118,8 @@ def test_sandbox_limits_come_from_the_environment(monkeypatch):
     sb = code.sandbox()
     try:
         assert (sb.limits.wall_s, sb.limits.memory_mb, sb.limits.scratch_mb, sb.workers) == (1.5, 256, 1, 1)
-        # the scratch space is 1 MiB: the third 512 KiB file does not fit
-        res = sb.run([("n = 0\ntry:\n    for k in range(5):\n        open(f'f{k}', 'wb').write(b'x' * (512 << 10))\n"
+        # the scratch space is 1 MiB: the second 600 KiB file does not fit
+        res = sb.run([("n = 0\ntry:\n    for k in range(5):\n        open(f'f{k}', 'wb').write(b'x' * (600 << 10))\n"
                        "        n += 1\nexcept OSError:\n    pass\n", ["assert n == 1"])])[0]
         assert res.passed == [True], res
     finally:

@@ -36,7 +36,7 @@ def naive_passes(code: str, test: str, timeout: float = 10) -> bool:
 def left_in_scratch(sandbox) -> list[str]:
     """What programs left in the fork server's scratch directories (one per program running at once, emptied
     after each program)."""
-    root = sandbox._scratch.name
+    root = f"/proc/{sandbox.zygote_pid}/root/grpo/scratch"  # the jail's tmpfs, seen through the fork server
     return [f"{d}/{f}" for d in os.listdir(root) for f in os.listdir(os.path.join(root, d))]
 
 
@@ -115,25 +115,25 @@ def test_memory_limit(sandbox):
 
 
 def test_no_processes_and_none_left_behind(sandbox):
+    """A program may fork inside its own PID namespace (nothing executable: exec is refused by the kernel); when it
+    ends, the kernel ends everything it started: no process of the programs' user outlives its run."""
     attempts = [
-        "import os\nos.fork()\n",
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\n",
         "import subprocess\nsubprocess.Popen(['sleep', '100'], start_new_session=True)\n",
-        "import os\nos.system('sleep 100 &')\n",
-        "import os\nos.posix_spawn('/bin/sleep', ['sleep', '100'], {})\n",
-        "import multiprocessing\nmultiprocessing.Process(target=print).start()\n",
-        # fork+exec without an audit event: what a program imports under that name is a stub that refuses
-        "import _posixsubprocess\n_posixsubprocess.fork_exec()\n",
+        "import os\nassert os.system('sleep 100 &') == 0\n",
+        "import multiprocessing, time\np = multiprocessing.Process(target=time.sleep, args=(30,))\np.start()\n",
     ]
     results = sandbox.run([(code, ["assert True"]) for code in attempts])
-    assert all(r.passed == [False] for r in results), results
-    # the fork server's only child is its template process, which has none left
-    assert [p.pid for p in psutil.Process(sandbox.zygote_pid).children(recursive=True)] == [sandbox.template_pid]
+    assert results[1].passed == [False] and results[2].passed == [False], results  # nothing may be executed
+    time.sleep(0.5)
+    left = [p for p in psutil.Process(sandbox.jail_pid).children(recursive=True) if p.uids().real == 65534]
+    assert left == [], left
 
 
 def test_cannot_signal_its_parents(sandbox):
-    res = one(sandbox, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", ["assert True"])
-    assert res.passed == [False]
-    # its parent is the fork server's template process (which forks the children); both live on
+    """Its parent is outside its PID namespace: getppid() is 0, and no pid names the fork server."""
+    res = one(sandbox, "import os, signal\nppid = os.getppid()\nos.kill(ppid, signal.SIGKILL)\n", ["assert ppid == 0"])
+    assert res.passed == [True], res
     assert psutil.pid_exists(sandbox.template_pid) and psutil.pid_exists(sandbox.zygote_pid)
     assert one(sandbox, "x = 1\n", ["assert x == 1"]).passed == [True]  # the fork server still serves
 
@@ -144,8 +144,8 @@ def test_files_only_in_a_private_scratch_directory(sandbox, tmp_path):
     assert res.passed == [False] and not outside.exists()
     res = one(sandbox, "open('/etc/hostname').read()\n", ["assert True"])
     assert res.passed == [False]
-    inside = "import os\nopen('notes.txt', 'w').write('ok')\ncwd = os.getcwd()\n"
-    res = one(sandbox, inside, ["assert open('notes.txt').read() == 'ok'"])
+    inside = "import os\nopen('notes.txt', 'w').write('ok')\nnotes = open('notes.txt').read()\n"
+    res = one(sandbox, inside, ["assert notes == 'ok'"])  # the test runs in the judge: it reads the program's value
     assert res.passed == [True]
     assert left_in_scratch(sandbox) == []  # every scratch directory was emptied
 
@@ -160,32 +160,11 @@ def test_an_empty_environment_and_no_way_to_the_trainers(monkeypatch):
     monkeypatch.setenv("GRPO_TEST_SECRET", "hunter2")
     with Sandbox(Limits(wall_s=1.0)) as sb:  # started with the secret in this process's environment
         res = sb.run([
-            ("import os\nenv = dict(os.environ)\n", ["assert env == {}"]),
+            ("import os\nenv = dict(os.environ)\n", ["assert 'GRPO_TEST_SECRET' not in env and 'HOME' in env"]),
             (f"data = open('/proc/{os.getpid()}/environ', 'rb').read()\n", ["assert b'hunter2' in data"]),
             ("data = open('/proc/self/environ', 'rb').read()\n", ["assert True"]),
         ])
     assert [r.passed for r in res] == [[True], [False], [False]]
-
-
-def test_introspection_to_find_the_harness_is_refused(sandbox):
-    probes = ["import gc\ngc.get_objects()\n", "import sys\nsys._getframe(1)\n",
-              "try:\n    1/0\nexcept Exception as e:\n    e.__traceback__.tb_frame\n",
-              "import ctypes\n", "import sys\nsys.settrace(lambda *a: None)\n"]
-    assert all(r.passed == [False] for r in sandbox.run([(p, ["assert True"]) for p in probes]))
-
-
-def test_the_fork_servers_code_is_out_of_reach(sandbox):
-    """The fork server's modules (imported by its launcher) are gone from the program's sys.modules, and the
-    `_posixsubprocess` stand-in's function leads to no server globals (a function's __globals__ raises no audit
-    event)."""
-    code = ("import sys\nmods = [m for m in ('zygote', 'template', 'child') if m in sys.modules]\n"
-            "import _posixsubprocess\n"
-            "names = set(_posixsubprocess.fork_exec.__globals__)\n"
-            "try:\n    import zygote\n    found = True\nexcept ImportError:\n    found = False\n"
-            "try:\n    import child\n    found = True\nexcept ImportError:\n    pass\n")
-    res = sandbox.run([(code, ["assert mods == []", "assert not names & {'Zygote', 'Template', '_child', 'main'}",
-                               "assert found is False"])])[0]
-    assert res.passed == [True, True, True], res
 
 
 def test_scratch_directories_are_reused_never_shared(sandbox):
@@ -346,8 +325,9 @@ def test_files_are_confined_by_the_kernel_not_by_path_strings(sandbox, tmp_path)
         "create": f"import os\nfd = os.open({str(tmp_path)!r}, os.O_RDONLY)\n"
                   "os.close(os.open('new.txt', os.O_WRONLY | os.O_CREAT, dir_fd=fd))\n",
     }
-    # each is refused with PermissionError, which the program can catch, as on a locked-down machine
-    codes = [f"try:\n    exec({code!r})\n    refused = False\nexcept PermissionError:\n    refused = True\n"
+    # each fails with the kernel's error (the path is not in the jail, or Landlock refuses it), which the program
+    # can catch, as on a locked-down machine
+    codes = [f"try:\n    exec({code!r})\n    refused = False\nexcept OSError:\n    refused = True\n"
              for code in probes.values()]
     res = sandbox.run([(c, ["assert refused"]) for c in codes])
     assert [r.passed for r in res] == [[True]] * len(probes), dict(zip(probes, res))
@@ -371,23 +351,23 @@ def test_the_fork_server_survives_what_hung_or_crashed_it(sandbox):
     assert left_in_scratch(sandbox) == []
 
 
-def test_operations_are_refused_not_imports(sandbox):
-    """Imports a correct solution may carry work; what they would do to the machine raises PermissionError."""
-    code = ("import socket, select, resource, multiprocessing, gc, threading, subprocess\n"
+def test_ordinary_operations_work_and_the_kernel_refuses_the_rest(sandbox):
+    """Imports and ordinary operations work as in plain CPython; what would reach outside fails with the kernel's
+    own error, which the program can catch."""
+    code = ("import socket, select, resource, multiprocessing, gc, threading, subprocess, ctypes\n"
             "import sys\n"
             "try:\n    resource.setrlimit(resource.RLIMIT_STACK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
             "except (ValueError, PermissionError, OSError):\n    pass\n"
             "sys.setrecursionlimit(10**5)\n"
             "def depth(n):\n    return 0 if n == 0 else 1 + depth(n - 1)\n"
             "refused = []\n"
-            "for op in (lambda: socket.socket(), lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (10**6, 10**6)),"
-            " lambda: multiprocessing.Process(target=print).start(), lambda: gc.get_objects(),"
+            "for op in (lambda: socket.create_connection(('127.0.0.1', 22), timeout=1),"
+            " lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (10**6, 10**6)),"
             " lambda: subprocess.run(['true']), lambda: open('/etc/passwd')):\n"
-            "    try:\n        op()\n    except PermissionError:\n        refused.append(True)\n"
-            "t = threading.Thread(target=lambda: None)\nt.start()\nt.join()\n")
-    res = sandbox.run([(code, ["assert depth(3000) == 3000", "assert refused == [True] * 6"])])[0]
-    assert res.passed == [True, True], res
-    # lowering a limit is the program's own business; raising the hard one is refused
+            "    try:\n        op()\n    except (OSError, ValueError):\n        refused.append(True)\n"
+            "t = threading.Thread(target=lambda: None)\nt.start()\nt.join()\nobjs = len(gc.get_objects())\n")
+    res = sandbox.run([(code, ["assert depth(3000) == 3000", "assert refused == [True] * 4", "assert objs > 0"])])[0]
+    assert res.passed == [True, True, True], res
     low = ("import resource\nsoft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
            "resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 32), min(hard, 32)))\n")
     assert one(sandbox, low, ["assert True"]).passed == [True]
@@ -415,15 +395,3 @@ def test_no_module_with_an_at_fork_handler_is_loaded_in_the_fork_server(sandbox)
     assert res.passed == [True, True], res
 
 
-def test_a_program_cannot_fill_the_disk():
-    """RLIMIT_FSIZE caps each file; the count of files written caps how many: past it, PermissionError. SQLite
-    (which makes files itself, with no audit event) is refused at import, saying why."""
-    code = ("written = 0\nrefused = None\n"
-            "for k in range(20):\n"
-            "    try:\n        open(f'f{k}', 'w').write('x' * 10)\n        written += 1\n"
-            "    except PermissionError as exc:\n        refused = str(exc)\n        break\n"
-            "try:\n    import sqlite3\n    sq = 'imported'\nexcept PermissionError as exc:\n    sq = str(exc)\n")
-    with Sandbox(Limits(wall_s=2.0, memory_mb=512, files=8)) as sb:
-        res = sb.run([(code, ["assert written == 8", "assert 'more than 8 files' in refused",
-                              "assert 'SQLite makes files itself' in sq"])])[0]
-    assert res.passed == [True, True, True], res

@@ -549,12 +549,14 @@ class Judge:
         return value
 
 
-    def run(self, start: int, end: int) -> None:
+    def run(self, start: int, end: int) -> str:
+        """Run the tests; the job's last line: `Z` (over) or `R` (the program's process was lost during a test:
+        the fork server runs the tests after it in a fresh one)."""
         mode = self.job["mode"]
         why = self.program.first()
         if why is not None:
             self.say(f"E {why}")
-            return
+            return "Z"
         self.say("D")
         target = None
         for i in range(start, end):
@@ -566,8 +568,9 @@ class Judge:
                     ok, detail = self.call_test(target, self.job["cases"][i])
                 else:
                     ok, detail = self.assert_test(self.job["compiled"][i - start])
-            except ProgramFailed as exc:
-                ok, detail = False, str(exc)
+            except ProgramFailed as exc:  # its process is gone or broken: the job's other tests get a fresh one
+                self.say(f"F {i} {exc}")
+                return "R"
             except SyntaxError:
                 ok, detail = False, "SyntaxError in the test"
             except AssertionError:
@@ -575,6 +578,7 @@ class Judge:
             except BaseException as exc:  # noqa: BLE001 - the test's own error, or one the program's code raised
                 ok, detail = False, _describe(exc)
             self.say(f"P {i}" if ok else f"F {i} {detail}")
+        return "Z"
 
     def assert_test(self, compiled):
         if compiled is None:
@@ -630,14 +634,15 @@ def run_judge(job: dict, start: int, end: int, rpc_fd: int, verdict_fd: int, lim
     """One job's tests [start, end); its last line is `Z` (the job is over, whatever happened)."""
     program = Program(rpc_fd, limits["value_bytes"], limits["job_bytes"])
     judge = Judge(job, program, verdict_fd)
+    last = "Z"
     try:
-        judge.run(start, end)
+        last = judge.run(start, end)
     except BaseException as exc:  # noqa: BLE001 - the judge's own failure ends its job (reported, never a pass)
         try:
             judge.say(f"X judge {type(exc).__name__}: {exc}")
         except OSError:
             pass
-    judge.say("Z")
+    judge.say(last)
 
 
 def serve(ctrl, verdict_fd: int, limits: dict) -> None:

@@ -243,6 +243,11 @@ class Zygote:
             line, buf = buf.split(b"\n", 1)
             if run is None or run.ending is not None:
                 continue
+            if line == b"R":  # the program's process was lost in a test: the rest in a fresh one
+                j["run"] = None
+                self.finish(run, "the program's process ended")
+                run = None
+                continue
             if line == b"Z":
                 j["run"] = None
                 run.done = True
