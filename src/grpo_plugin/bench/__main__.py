@@ -60,9 +60,10 @@ def main(argv: list[str] | None = None) -> None:
     e.add_argument("--seed", type=int, default=None, help="seed of every run (trainer and server sampling)")
     e.add_argument("--no-stock", action="store_true", help="skip axolotl's stock GRPO runs (e.g. for a seed study)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
-    c = sub.add_parser("code", help="code reward: the sandbox vs a python process per test case, same batch")
+    c = sub.add_parser("code", help="code reward: the sandbox vs a python process per completion, same batch")
     c.add_argument("--problems", type=int, default=16, help="HumanEval problems in the batch")
     c.add_argument("--group", type=int, default=8, help="completions per problem")
+    c.add_argument("--rounds", type=int, default=5, help="rounds per side (median, alternated)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     q = sub.add_parser("qlora", help="quantized bases: trainer memory 16/8/4-bit; probe vs the served base")
     q.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
@@ -100,7 +101,7 @@ def _module(args):
 
 def _run(bench, args) -> dict:
     if args.cmd == "code":
-        return bench.run(args.problems, args.group)
+        return bench.run(args.problems, args.group, args.rounds)
     if args.cmd == "qlora":
         return bench.run(args.size, args.steps)
     if args.cmd == "zero3" and args.cuda:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import atexit
 import builtins
 import collections
-import io
 import json
 import os
 import struct
@@ -298,7 +297,7 @@ def run_stdio(code, start: int, end: int, nonce: str, inputs: list[int]) -> None
         try:
             dup2(inputs[i - start], 0)
             close(inputs[i - start])
-            sys.stdin = sys.__stdin__ = io.open(0, "r", encoding=enc, errors=errs, closefd=False)
+            sys.stdin = sys.__stdin__ = open(0, encoding=enc, errors=errs, closefd=False)  # noqa: SIM115 - stdin for the program
             sys.stdout, sys.__stdout__, sys.stderr, sys.__stderr__ = std_out, std_out, std_err, std_err
         except BaseException as exc:  # noqa: BLE001 - an earlier test closed its input
             status = f"F {i} no input ({word(type(exc).__name__)})"

@@ -112,7 +112,8 @@ class Jail:
                 links.append((os.readlink(sysdir), sysdir))
             elif os.path.isdir(sysdir) and sysdir != "/bin":
                 readable.append(sysdir)
-        return cls(links=links, python=python, script_dir=script_dir, scratch_mb=scratch_mb, readable=readable, site_dirs=site)
+        return cls(links=links, python=python, script_dir=script_dir, scratch_mb=scratch_mb, readable=readable,
+                   site_dirs=site)
 
     def landlock_readable(self) -> list[str]:
         """What programs may read inside the jail (Landlock; the jail shows nothing else anyway)."""
@@ -172,7 +173,8 @@ class Jail:
         for etc in ("/etc/ld.so.cache", "/etc/localtime"):
             if os.path.exists(etc):
                 cmd += ["--ro-bind", etc, etc]
-        cmd += ["--perms", "0755", "--dir", "/grpo", "--ro-bind", self.script_dir, SCRIPT_DIR, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+        cmd += ["--perms", "0755", "--dir", "/grpo", "--ro-bind", self.script_dir, SCRIPT_DIR,
+                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
                 "--size", str(self.scratch_mb << 20), "--perms", "0755", "--tmpfs", SCRATCH, "--chdir", SCRATCH,
                 "--setenv", "LD_BIND_NOW", "1", "--", *argv]
         return cmd, fds

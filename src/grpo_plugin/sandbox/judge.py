@@ -7,11 +7,11 @@ HumanEval's `def check(candidate)`. A name the test reads and does not bind reso
 as one (`math.isclose`: the real module, whatever the program bound to `math`); the standard value types tests
 compare with (`Counter`, `defaultdict`, `OrderedDict`, `deque`, `namedtuple`, `Fraction`, `Decimal`); what the
 program imported by name at top level (`gcd` from `math`: the real one); else the program's own name, reached
-through its process. Calling the program's code is a request to that process (child.Service) that returns plain data: the
-return value and the arguments after the call (in-place mutation is seen here), or the exception it raised, raised
-here as the same type. Objects the program keeps (its classes' instances, generators) come back as stand-ins
-whose methods are requests again; their `==` compares their type and fields, and `isinstance` works with the
-program's classes. Nothing the program does in its own process changes what a test's code means here.
+through its process. Calling the program's code is a request to that process (child.Service) that returns plain
+data: the return value and the arguments after the call (in-place mutation is seen here), or the exception it
+raised, raised here as the same type. Objects the program keeps (its classes' instances, generators) come back
+as stand-ins whose methods are requests again; their `==` compares their type and fields, and `isinstance` works
+with the program's classes. Nothing the program does in its own process changes what a test's code means here.
 
 Budgets: the bytes a job's values may take (`value_bytes` per value, `job_bytes` in all), their nesting depth,
 and this process's own (its address space, and the per-test wall clock the fork server keeps: a test whose values

@@ -456,7 +456,7 @@ class Zygote:
             if r in self.fd_run:
                 self.sel.unregister(r)
                 del self.fd_run[r]
-        for role, pid in run.pids.items():
+        for pid in run.pids.values():
             if pid is not None:
                 self.template.reap(pid)
                 self.reaping[pid] = run
