@@ -1,8 +1,8 @@
-"""Running model-written code for rewards: a fork server with per-program limits and kernel-enforced confinement
-(zygote.py, template.py, child.py: processes outside the trainer), driven from the trainer side by `Sandbox`
-(host.py); the test formats (suites.py), each test split between the program's process and the judge (split.py),
-and the verdicts made in the trainer from plain values the program's process sent back (judge.py, values.py).
-What it protects against: docs/code.md."""
+"""Running model-written code for rewards, with the kernel as the boundary: a fork server in a bubblewrap jail
+(jail.py, zygote.py, template.py), every program and judge process confined by the kernel (confine.py), the
+program's process running the program and answering calls (child.py), the tests run whole in a judge process
+(judge.py) that exchanges plain values with it (codec.py); driven from the trainer by `Sandbox` (host.py) with the
+test formats of suites.py. What it protects against: docs/code.md."""
 
 from grpo_plugin.sandbox.host import Limits, Sandbox, SandboxError, SandboxUnavailable
 from grpo_plugin.sandbox.suites import AssertSuite, CallSuite, ProgramResult, StdioSuite

@@ -5,13 +5,12 @@
     results[0].passed -> [True, False, ...]; results[0].score -> 0.5
     sandbox.run_suites([StdioSuite(code, [("1 2\n", "3\n")]), CallSuite(code, "add", [([1, 2], 3)])])
 
-The verdicts are made here (suites.py, judge.py) from what the program's process computed; the fork server never
-holds an expected value, so no program can read one.
+Assert and call-based tests are judged in the jail by a judge process, stdin/stdout outputs compared here
+(suites.py); the expected side of a test never enters a program's process.
 
 Programs of one call run in parallel (`workers`, default: the cores this process may use + 1). The fork server
-is started with an empty environment, without site-packages, tied to this process (it and every child die with
-it, even on SIGKILL), and checks at start what it needs from the machine: a failure is a `SandboxUnavailable`
-that says what is missing and what to do.
+runs in a bubblewrap jail (jail.py) that dies with this process, and checks at start what it needs from the
+machine: a missing layer is a `SandboxUnavailable` that says which, what that exposes and what to do.
 """
 
 from __future__ import annotations
