@@ -39,6 +39,12 @@ _EXPOSES = {
 }
 
 
+def _layer_missing(layer: str, why: str) -> SandboxUnavailable:
+    return SandboxUnavailable(
+        f"the code sandbox cannot run on this machine: {why}. Its {layer!r} layer is missing ({_EXPOSES[layer]}). "
+        f"To run without it anyway, set GRPO_SANDBOX_ACCEPT_MISSING={layer}. {_HELP}")
+
+
 def _launch(script_dir: str) -> str:
     """The fork server's start inside the jail: zygote.py imported as a module (its bytecode cached), its directory
     then taken off the import path."""
@@ -98,10 +104,7 @@ class Sandbox:
 
         def lacking(layer: str, why: str) -> None:
             if layer not in accepted:
-                raise SandboxUnavailable(
-                    f"the code sandbox cannot run on this machine: {why}. Its {layer!r} layer is missing "
-                    f"({_EXPOSES[layer]}). To run without it anyway, set GRPO_SANDBOX_ACCEPT_MISSING={layer}. "
-                    + _HELP)
+                raise _layer_missing(layer, why)
             missing.append(layer)
 
         try:
@@ -140,10 +143,7 @@ class Sandbox:
             msg = {"error": f"the jail did not start: {self._stderr_tail() or hello!r}"}
         if msg.get("missing") == "landlock":
             self.close()
-            raise SandboxUnavailable(
-                f"the code sandbox cannot run on this machine: {msg.get('error')}. Its 'landlock' layer is missing "
-                f"({_EXPOSES['landlock']}). To run without it anyway, set GRPO_SANDBOX_ACCEPT_MISSING=landlock. "
-                + _HELP)
+            raise _layer_missing("landlock", str(msg.get("error")))
         if not msg.get("ready"):
             self.close()
             raise SandboxUnavailable(

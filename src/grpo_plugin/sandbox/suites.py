@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from grpo_plugin.sandbox.judge import returns_match  # noqa: F401 - the call-based rule, also used by tests
 from grpo_plugin.sandbox.verdicts import outputs_match
 
 

@@ -65,8 +65,8 @@ class _Run:
         self.unreaped = len(self.pids)
         self.status: dict[str, int] = {}  # wait status of each process collected
         self.ending: str | None = None  # set (to why, "" for none) once it is being killed and collected
-        self.fds: dict[str, int] = {}  # our read ends: "w" setup / stdio status, "out", "err", "v" verdicts
-        self.buf = {"w": b"", "out": b"", "err": b"", "v": b""}
+        self.fds: dict[str, int] = {}  # our read ends: "w" setup / stdio status, "out", "err"
+        self.buf = {"w": b"", "out": b"", "err": b""}
         self.current: int | None = start if self.stdio else None
         wall = job["wall_s"]
         self.deadline = time.monotonic() + (wall[start] if self.stdio else limits["wall_s"])
@@ -410,14 +410,14 @@ class Zygote:
 
     def on_data(self, run: _Run, which: str, chunk: bytes) -> None:
         cap = self.limits
-        if which in ("w", "v"):
-            buf = run.buf[which] + chunk
+        if which == "w":
+            buf = run.buf["w"] + chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
-                (self.on_status if which == "w" else self.on_verdict)(run, line)
+                self.on_status(run, line)
             if len(buf) > 4096:
                 raise ProtocolError("a status line longer than 4 KiB")
-            run.buf[which] = buf
+            run.buf["w"] = buf
         elif which == "out" and run.stdio:
             buf, mark = run.buf["out"] + chunk, run.mark
             while (k := buf.find(mark)) >= 0 and (nl := buf.find(b"\n", k)) >= 0:
@@ -629,12 +629,9 @@ class Zygote:
                     continue
                 if key.data[0] == "judge":
                     j = key.data[1]
-                    try:
-                        chunk = os.read(key.fd, 65536)
-                    except BlockingIOError:
+                    chunk = _read(key.fd)
+                    if chunk is None:
                         continue
-                    except OSError:
-                        chunk = b""
                     if chunk:
                         self.on_judge_data(j, chunk)
                     else:  # the judge died: its job fails, the slot gets a new one
@@ -646,12 +643,9 @@ class Zygote:
                 run, which = key.data
                 if key.fd not in self.fd_run:
                     continue
-                try:
-                    chunk = os.read(key.fd, 65536)
-                except BlockingIOError:
+                chunk = _read(key.fd)
+                if chunk is None:
                     continue
-                except OSError:
-                    chunk = b""
                 if chunk:
                     why = self.feed(run, which, chunk)
                     if why is not None:
@@ -676,6 +670,16 @@ class Zygote:
                     elif now > run.deadline:
                         self.finish(run, f"timed out after {run.job['wall_s'][run.current or run.start]:g} s")
         sys.stdout.flush()
+
+
+def _read(fd: int) -> bytes | None:
+    """What a readable descriptor holds now: b"" at its end (or when it broke), None when nothing is there yet."""
+    try:
+        return os.read(fd, 65536)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
 
 
 def _remove_tree(root: str, keep_root: bool = False) -> None:
