@@ -52,6 +52,7 @@ import psutil
 import pytest
 
 from grpo_plugin.sandbox import AssertSuite, CallSuite, Limits, Sandbox, StdioSuite
+from grpo_plugin.sandbox import confine
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(180)
@@ -1421,14 +1422,18 @@ def libc_system(t):
 '''
 
 
-def _leftovers(zygote: int, before: set[int], mark: str) -> list[psutil.Process]:
+def _leftovers(sb: Sandbox, before: set[int], mark: str) -> list[psutil.Process]:
     """Processes of the program that remain: marked ones (comm or cmdline), and descendants of the fork server
-    that were not there before the batch (its long-lived processes were)."""
+    that were not there before the batch (its long-lived processes were). A judge the batch started (a slot's first,
+    or one replacing a judge an earlier batch over-ran) is the server's, not the program's: it runs as the judges'
+    uid, which a program's process cannot take (it has no capabilities)."""
+    judges_uid = confine.JUDGE_UID if "identity" not in sb.missing else None
     out = {}
     with contextlib.suppress(psutil.Error):
-        for p in psutil.Process(zygote).children(recursive=True):
-            if p.pid not in before:
-                out[p.pid] = p
+        for p in psutil.Process(sb.zygote_pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if p.pid not in before and p.uids().real != judges_uid:
+                    out[p.pid] = p
     for p in psutil.process_iter(["name", "cmdline"]):
         with contextlib.suppress(psutil.Error):
             if p.info["name"] == mark or any(mark in a for a in p.info["cmdline"] or ()):
@@ -1456,10 +1461,10 @@ def test_no_process_is_left_behind(sb, listeners):
         before = {p.pid for p in psutil.Process(sb.zygote_pid).children(recursive=True)}
     (res,) = run_with_honest(sb, [StdioSuite(code, cases)])
     deadline = time.monotonic() + 10
-    left = _leftovers(sb.zygote_pid, before, mark)
+    left = _leftovers(sb, before, mark)
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = _leftovers(sb.zygote_pid, before, mark)
+        left = _leftovers(sb, before, mark)
     described = []
     for p in left:
         with contextlib.suppress(psutil.Error):
