@@ -7,6 +7,7 @@ only."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import struct
 import sys
@@ -46,6 +47,17 @@ def _immortalize() -> int:
     return made
 
 
+def _collect(pid: int, pidfd: int) -> bytes:
+    """Collect child `pid` (ended, or about to: it was sent SIGKILL): the answer ("X", pid, wait status)."""
+    if pidfd >= 0:
+        os.close(pidfd)
+    try:
+        status = os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        status = -1
+    return _ANSWER.pack(b"X", pid, status)
+
+
 class TemplateGone(Exception):
     pass
 
@@ -54,7 +66,7 @@ class Template:
     """The process that forks the children, as the server sees it."""
 
     def __init__(self, child_main, landlock: confine.Landlock | None):
-        """child_main(payload, fds, ruleset): what a child runs (never returns). Requests are answered in order."""
+        """child_main(payload, fds, ruleset): what a child runs (never returns). Spawn requests are answered in order."""
         import socket
 
         self.socket = socket
@@ -82,7 +94,8 @@ class Template:
 
     def reap(self, pid: int) -> None:
         """Kill child `pid` (PID 1 of its namespace: everything it started dies with it) and collect it. Answered
-        by ("X", pid, wait status) (status -1: unknown)."""
+        by ("X", pid, wait status) (status -1: unknown) once it has ended: answers to later requests may come
+        first."""
         self._send(_HEAD.pack(b"R", pid, 0))
 
     def _send(self, head: bytes, fds=(), payload: bytes = b"") -> None:
@@ -129,7 +142,15 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
         rulesets[-1] = landlock.ruleset(None) if landlock is not None else -1  # the judges': read only
     except OSError:
         rulesets[-1] = -2
+    dying: dict[int, int] = {}  # pidfd -> pid: killed, collected when its pidfd says it has ended
     while True:
+        if dying:  # never blocks on a dying child (its memory's teardown takes a while): forks go on meanwhile
+            ready = select.select([sock, *dying], [], [])[0]
+            for fd in ready:
+                if fd is not sock:
+                    send(_collect(dying.pop(fd), fd))
+            if sock not in ready:
+                continue
         head, fds, _, _ = recv_fds(sock, head_size, 256)
         if len(head) < head_size:
             head += recv(head_size - len(head), waitall) if head else b""
@@ -155,10 +176,12 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
             except OSError:
                 pass
             try:
-                status = os.waitpid(n, 0)[1]
-            except ChildProcessError:
-                status = -1
-            answer = pack(b"X", n, status)
+                pidfd = os.pidfd_open(n)
+            except OSError:  # not our child, or already collected
+                answer = _collect(n, -1)
+            else:
+                dying[pidfd] = n
+                continue
         elif kind == b"L":
             path = recv(n, waitall).decode()
             old = rulesets.pop(slot, -1)
