@@ -9,7 +9,7 @@ import pytest
 
 from grpo_plugin.atropos import fetcher as fetcher_mod
 from grpo_plugin.atropos.api import AtroposError, BatchReply, NotRegisteredError
-from grpo_plugin.atropos.fetcher import AtroposConfigError, AtroposTimeout, BatchFetcher
+from grpo_plugin.atropos.fetcher import AtroposTimeout, BatchFetcher
 from grpo_plugin.atropos.spool import Spool, SpoolError
 
 
@@ -119,13 +119,28 @@ def test_waiting_reason_says_no_environment_has_registered(tmp_path):
         f.stop()
 
 
-def test_group_size_that_does_not_divide_the_batch_is_fatal_and_named(tmp_path):
+def test_an_odd_group_is_a_counted_warning_and_the_batches_after_it_train(tmp_path):
+    """An environment that sends a group of 3 while the batch takes 4: the wait says why (sizes named), it is
+    counted, the run is not ended; when whole batches come again they are delivered."""
+    api = ScriptedAPI([None] * 30 + [groups(4)], queued=3, example={"tokens": [[1, 2]] * 3})
+    f, _ = make(api, tmp_path, batch_size=4)
+    f.start([])
+    try:
+        assert wait_for(lambda: "latest group has 3 sequences" in f.waiting_reason and "batch of 4" in f.waiting_reason)
+        assert f.odd_groups >= 1
+        assert f.get(10)[1] == 4  # the fetcher kept going: the next batch arrives
+    finally:
+        f.stop()
+
+
+def test_odd_groups_that_never_end_reach_wait_timeout_with_the_reason(tmp_path):
     api = ScriptedAPI([], queued=3, example={"tokens": [[1, 2]] * 3})
     f, _ = make(api, tmp_path, batch_size=4)
     f.start([])
     try:
-        with pytest.raises(AtroposConfigError, match="groups of 3 sequences.*batches of 4"):
-            f.get(5)
+        assert wait_for(lambda: f.odd_groups >= 1)
+        with pytest.raises(AtroposTimeout, match="latest group has 3 sequences"):
+            f.get(wait_timeout=0.5)
     finally:
         f.stop()
 

@@ -30,10 +30,6 @@ class AtroposTimeout(RuntimeError):
     """No batch arrived within grpo.atropos.wait_timeout."""
 
 
-class AtroposConfigError(RuntimeError):
-    """The run-api can never form a batch for this trainer."""
-
-
 class BatchFetcher:
     def __init__(self, api: AtroposAPI, spool: Spool, prepare: Callable[[int, dict, BatchReply], Any], *,
                  capacity: int, batch_size: int, poll_interval: float = 0.2, max_backoff: float = 5.0,
@@ -49,6 +45,7 @@ class BatchFetcher:
         self._thread: threading.Thread | None = None
         self.waiting_reason = "asking the run-api for the first batch"
         self.fetched = 0
+        self.odd_groups = 0  # waits during which the latest group's size did not divide the batch
 
     # ---- trainer side ---------------------------------------------------------------------------
     def start(self, replay: list[int]) -> None:
@@ -154,7 +151,7 @@ class BatchFetcher:
             self._put(self.prepare(seq, meta, reply))
 
     def _diagnose(self) -> str:
-        """Why no batch is ready, in words (raises AtroposConfigError when none can ever be)."""
+        """Why no batch is ready, in words."""
         try:
             status = self.api.status()
             queued = int(status.get("queue_size") or 0)
@@ -167,11 +164,15 @@ class BatchFetcher:
         except AtroposError as exc:
             return f"the run-api does not answer ({exc})"
         group = len(example.get("tokens") or []) if isinstance(example, dict) else 0
+        waiting = f"{queued} group(s) queued at the run-api, not yet a full batch of {self.batch_size} sequences"
         if group and self.batch_size % group:
-            raise AtroposConfigError(
-                f"the environments send groups of {group} sequences, but this trainer takes batches of "
-                f"{self.batch_size} sequences (micro_batch_size x gradient_accumulation_steps x processes), which is "
-                f"not a multiple of {group}: the run-api only forms batches of whole groups, so none will ever "
-                "come. Change micro_batch_size (or the environment's group_size) and set grpo.atropos.group_size "
-                "so this is checked when the config is loaded.")
-        return f"{queued} group(s) queued at the run-api, not yet a full batch of {self.batch_size} sequences"
+            # one odd group (an env that splits a group, 5 + 3) is not the group size: warn, count, keep waiting;
+            # if every group is like it, grpo.atropos.wait_timeout ends the run with this reason in its message
+            self.odd_groups += 1
+            LOG.warning("grpo_plugin: atropos: the latest group at the run-api has %d sequences, which does not "
+                        "divide this trainer's batch of %d sequences", group, self.batch_size)
+            waiting += (f"; the latest group has {group} sequences, which does not divide the batch: the run-api "
+                        "forms batches of whole groups, so if the environments keep sending groups of that size no "
+                        f"batch will come. Make micro_batch_size x gradient_accumulation_steps x processes a multiple "
+                        "of the group size (set grpo.atropos.group_size to have it checked when the config loads)")
+        return waiting
