@@ -31,7 +31,7 @@ import torch
 from axolotl.core.trainers.grpo.trainer import AxolotlAsyncGRPOTrainer
 from transformers import TrainerCallback
 
-from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, current_settings, loaded_cfg
+from grpo_plugin.args import GRPOSettings, current_settings, loaded_cfg
 from grpo_plugin.checkpoints import save_after_failure
 from grpo_plugin.compat.host import host
 from grpo_plugin.metrics import (
@@ -48,11 +48,10 @@ from grpo_plugin.producers.prefetch import PrefetchingProducer
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.server.connect import connect, server_urls, wait_for_servers
 from grpo_plugin.server.group import replicas_of
-from grpo_plugin.server.recovery import ServerGuard, ServerUnrecoverable
-from grpo_plugin.sync import DeferredVerifier, ProbeVerifier, SyncResult, build_weight_sync
-from grpo_plugin.sync.base import SyncError
-from grpo_plugin.sync.gate import PolicyGate
+from grpo_plugin.server.recovery import ServerUnrecoverable
+from grpo_plugin.sync.base import ModelHandle, SyncError, SyncResult
 from grpo_plugin.sync.ranks import for_accelerator as ranks_for
+from grpo_plugin.sync.session import SyncSession
 
 LAG_WAIT_S = 1800.0  # longest a rollout waits for the version grpo.max_policy_lag needs (a push that never comes)
 
@@ -83,10 +82,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         training_args = kwargs["args"]
         # one server, or several behind one client (server/group.py: rollouts split, every push to all)
         self.vllm_server = connect(server_urls(training_args, self.grpo), timeout=self.grpo.request_timeout)
-        # which weights the server generates with; rollouts lease a version, in-place writes exclude them
-        self.policy_gate = PolicyGate()
-        self.weight_sync = build_weight_sync(self.grpo, self.vllm_server, self.policy_gate)
-        self._synced_version: int | None = None  # global_step whose weights the server holds
+        self.sync = SyncSession(self.grpo, self.vllm_server, world_size=training_args.world_size,
+                                overlapped=bool(training_args.async_prefetch) or self.grpo.atropos is not None,
+                                step=lambda: self.state.global_step, on_result=self._synced)
         self._rollout_version: int | None = None
         self._pending_sync: SyncResult | None = None
         self._pending_rollout_ms = 0.0
@@ -97,45 +95,39 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self.atropos_producer = None
         self._step_losses: list[float] = []
         self._reward_stats: tuple[float, float] | None = None
-        self._closed = False
         with _without_trl_server_client():
             super().__init__(*args, **kwargs)
-        self.guard = ServerGuard(
-            self.vllm_server, restore=self._restore_weights, step=lambda: self.state.global_step,
-            max_restarts=self.grpo.server_restarts, restart_window_s=self.grpo.server_restart_window,
-            hang_timeout_s=self.grpo.server_hang_timeout, wait_timeout_s=self.grpo.server_timeout,
-            starts_itself=self.weight_sync.starts_server,
-            # one process restores the weights; with several ranks a lost server ends the run (checkpoints)
-            enabled=self.accelerator.num_processes == 1)
 
         tok = self.processing_class
         # axolotl 0.19's deferred scoring reads these (0.21 asks its tokenizer); TRL no longer sets them.
         self.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.eos_token_id = tok.eos_token_id
         wait_for_servers(self.vllm_server, self.grpo.server_timeout)
-        # before prepare(): a pending verification is finished before ipc's fence takes the gate for the step
-        self.add_callback(_FinishVerification(self))
-        self.ranks = ranks_for(self.accelerator)  # who reads the weights for a push (sync/ranks.py)
-        self.weight_sync.prepare(self)
-        probe_ids = tok(self.grpo.probe_text, add_special_tokens=False)["input_ids"]
-        unwrapped = self.accelerator.unwrap_model(self.model)
-        dtype = next(unwrapped.get_input_embeddings().parameters()).dtype
+        model = ModelHandle(unwrap=lambda: self.accelerator.unwrap_model(self.model),
+                            num_processes=self.accelerator.num_processes,
+                            is_main=self.accelerator.is_main_process, add_callback=self.add_callback)
+        self.sync.attach(model, ranks_for(self.accelerator), tok)
+        if isinstance(self.data_producer, PrefetchingProducer):
+            self.sync.forget_prefetched = self.data_producer._drop_queue
+        dtype = next(model.unwrap().get_input_embeddings().parameters()).dtype
         self._scores_in_fp32 = dtype == torch.float32
-        default_tol = DEFAULT_TOLERANCE.get(str(dtype).removeprefix("torch."), 1e-4)
-        self.verify_tolerance = self.grpo.verify_tolerance or default_tol
-        lengths = [x for x in (getattr(unwrapped.config, "max_position_embeddings", None),
-                               (loaded_cfg().get("vllm") or {}).get("max_model_len")) if x]
-        max_len = min(lengths) if lengths else None
-        self.verifier = ProbeVerifier(self.vllm_server, probe_ids, self.verify_tolerance, self.weight_sync.mode,
-                                      max_len=max_len, forward=self.ranks.logprobs,
-                                      context=lambda: getattr(self.weight_sync, "verify_context", ""))
-        self.deferred = DeferredVerifier(self.verifier, self.policy_gate)
         self.metrics_writer = (
             MetricsWriter(self.args.output_dir) if self.grpo.metrics and self.accelerator.is_main_process
             else None
         )
         self.add_callback(_StepMetricsCallback(self))
         atexit.register(self.close_sync)
+
+    @property
+    def guard(self):  # the producers still read it off the trainer
+        return self.sync.guard
+
+    @property
+    def _synced_version(self):  # the Atropos producer still reads it off the trainer
+        return self.sync.synced_version
+
+    def _synced(self, result: SyncResult | None) -> None:
+        self._pending_sync = result
 
     # ---- data ----------------------------------------------------------------------------------
     def _create_data_producer(self, args, train_dataset):
@@ -162,7 +154,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             shuffle_dataset=getattr(self, "shuffle_dataset", True),
             seed=args.seed,
             client=self.vllm_server,
-            gate=self.policy_gate,
+            gate=self.sync.gate,
             max_policy_lag=self.grpo.policy_lag_bound,
             lag_timeout=LAG_WAIT_S,
         )
@@ -176,7 +168,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         it (local rollouts: from the gate's lease; Atropos: its own `policy_lag` from the server's ledger), and
         what else the producer knows of it."""
         self._pending_rollout_ms += rollout_ms
-        self._rollout_version = self._synced_version if policy_version is None else policy_version
+        self._rollout_version = self.sync.synced_version if policy_version is None else policy_version
         rows = info.pop("server_rows", None)
         if rows:  # completions each server sampled, summed over the step's rollouts
             self._pending_server_rows = [a + b for a, b in zip(self._pending_server_rows or [0] * len(rows), rows)]
@@ -184,98 +176,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
 
     # ---- sync ----------------------------------------------------------------------------------
     def _maybe_sync_vllm_weights(self):
-        step = self.state.global_step
-        last = self._synced_version
-        if last is not None and (step == last or step - last < self.grpo.sync_interval):
-            return
-        result = None
-        if self.accelerator.is_main_process:  # one push per sync, whatever the number of ranks
-            with self.ranks.leading():  # sharded weights: the other ranks join each gather and probe forward
-                self._finish_verification()  # (normally done already, before the last optimizer step)
-                # a server lost during the push is brought back by the guard, whose restore IS this push
-                result = self.guard.run("weight push", lambda: self._sync_now(step, last), redo=False)
-        else:
-            self.ranks.follow(self.accelerator.unwrap_model(self.model))
-        # no rank generates before the push is done and verified; every rank's producer then samples with the
-        # model name rank 0's push serves (a push already published it inside its write on rank 0)
-        served = self.weight_sync.generation_model if self.accelerator.is_main_process else None
-        if self.accelerator.num_processes > 1:
-            from accelerate.utils import broadcast_object_list
-
-            served = broadcast_object_list([served], from_process=0)[0]
-        self.policy_gate.publish(step, served)
-        self._synced_version = step
-        self._pending_sync = result
-
-    def _sync_now(self, step: int, last: int | None) -> SyncResult:
-        model = self.accelerator.unwrap_model(self.model)
-        result = None
-        if last is None and not self.weight_sync.needs_initial_push:
-            result = self._initial_check(model, step)
-        if result is None:
-            # generation overlapped with training: the probe's server half too. Synchronous runs keep it before
-            # the rollout: their rollouts are then reproducible (the probe never shares a batch with one)
-            # (sharded weights: the probe's forward needs every rank, so it runs inside the sync)
-            defer = (bool(self.args.async_prefetch) or self.grpo.atropos is not None) and not self.ranks.sharded
-            result = self._push(step, verify=self.grpo.verify_sync, defer=defer)
-        if self.grpo.atropos is not None and not result.pushed:
-            # verified, not pushed: the server already computes with these weights; a push announces its
-            # version inside the sync fence instead
-            self.vllm_server.set_policy(step, self.weight_sync.generation_model)
-        return result
-
-    def _restore_weights(self) -> SyncResult:
-        """After the server was lost and replaced (server/recovery.py): put the trainer's CURRENT weights on it
-        and verify them with the probe (always, whatever verify_sync says: a recovered run must be provably on
-        the trained weights)."""
-        step = self.state.global_step
-        self.deferred.discard()  # the server it asked is gone; this push verifies the current weights itself
-        self.weight_sync.server_restarted()
-        result = self._push(step, verify=True)
-        self._synced_version = step
-        self._pending_sync = result
-        return result
-
-    def _push(self, step: int, *, verify: bool, defer: bool = False) -> SyncResult:
-        """Push (excluding every generation when the mode writes the served weights in place), publish the
-        version, verify it: now, or (`defer`) with the server's half in the background while generation goes on
-        (sync/verify.py), finished by `_finish_verification`."""
-        with self.policy_gate.writing(self.weight_sync.writes_in_place):
-            with self.ranks.gathered(self.accelerator.unwrap_model(self.model), self.weight_sync.reads) as full:
-                result = self.weight_sync.push(step, full)
-            self.policy_gate.publish(step, self.weight_sync.generation_model)
-        if verify and defer:
-            self.deferred.start(result)
-        elif verify:
-            self.verifier.verify(self.accelerator.unwrap_model(self.model), self.weight_sync.generation_model,
-                                 result)
-        return result
-
-    def _finish_verification(self) -> bool:
-        """Finish the pending verification of the last push (main thread, before the weights change again).
-        A mismatch raises SyncVerificationError. A server lost meanwhile is recovered like anywhere else (the
-        restore pushes and verifies the current weights on the new server) and the prefetched rollouts, which
-        the lost server may have sampled with the unverified version, are dropped: returns True then."""
-        if self.deferred.version is None:
-            return False
-        try:
-            self.deferred.finish(self.accelerator.unwrap_model(self.model))
-            return False
-        except Exception as exc:
-            why = self.guard.is_lost(exc) if self.guard.enabled else None
-            if why is None:
-                raise
-            self.guard.recover("verification of the pushed weights", why, redo=False)
-            if isinstance(self.data_producer, PrefetchingProducer):
-                self.data_producer._drop_queue()
-            return True
-
-    def _initial_check(self, model, step: int) -> SyncResult | None:
-        """The server started on the trainer's initial weights: verify instead of pushing. None (push) if the
-        probe disagrees, e.g. because the model was changed at load."""
-        result = self.verifier.measure_into(model, self.weight_sync.generation_model,
-                                            SyncResult(step=step, sync_ms=0.0, pushed=False))
-        return result if result.logprob_diff <= self.verify_tolerance else None
+        self.sync.maybe_push(self.state.global_step)
 
     # ---- nothing trained is lost ------------------------------------------------------------------
     def train(self, *args, **kwargs):
@@ -289,18 +190,17 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             raise
 
     def close_sync(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self.policy_gate.close()  # a prefetched rollout waiting for a version that will not come gives up
-            if isinstance(self.data_producer, PrefetchingProducer):
-                with contextlib.suppress(Exception):
-                    self.data_producer.shutdown()  # no prefetched rollout outlives the run
-            if self.atropos_producer is not None:
-                with contextlib.suppress(Exception):
-                    self.atropos_producer.close()
+        """The run is over: no rollout starts, the producers stop, then the sync ends."""
+        if self.sync.closed:
+            return
+        self.sync.stop_generation()  # a prefetched rollout waiting for a version that will not come gives up
+        if isinstance(self.data_producer, PrefetchingProducer):
             with contextlib.suppress(Exception):
-                self.weight_sync.close()
-            self.deferred.close()
+                self.data_producer.shutdown()  # no prefetched rollout outlives the run
+        if self.atropos_producer is not None:
+            with contextlib.suppress(Exception):
+                self.atropos_producer.close()
+        self.sync.close()
 
     # ---- scoring precision ----------------------------------------------------------------------
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
@@ -347,9 +247,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             self._row_temperatures = None
 
     def _compute_deferred_scores(self, rollout: dict) -> dict:
-        pending = self.deferred.version
-        if (pending is not None and rollout.get("_grpo_policy_version", -1) >= pending
-                and self._finish_verification()):
+        if self.sync.must_resample(rollout.get("_grpo_policy_version")):
             # sampled with the version whose verification the lost server never answered: sample it again
             rollout = self.data_producer.produce(self.model, self.state.global_step,
                                                  processing_class=self.processing_class,
@@ -423,7 +321,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             "reward_mean": reward_mean,
             "reward_std": reward_std,
             "loss": sum(self._step_losses) / len(self._step_losses) if self._step_losses else None,
-            "sync_mode": self.weight_sync.mode,
+            "sync_mode": self.sync.mode,
             "sync_ms": round(sync.sync_ms, 3) if sync else 0.0,
             "sync_logprob_diff": sync.logprob_diff if sync else None,
             "rollout_ms": round(self._pending_rollout_ms, 3),  # the trainer's wait for rollouts
@@ -438,7 +336,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             "sync_server_diffs": (sync.server_diffs or [sync.logprob_diff]) if sync and sync.logprob_diff is not None
             else None,
         }
-        outages = self.guard.new_outages()
+        outages = self.sync.guard.new_outages()
         rec["server_outages"] = len(outages)
         rec["server_down_s"] = round(sum(o["down_s"] for o in outages), 3)
         if outages:
@@ -448,17 +346,6 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self._pending_generate_ms = 0.0
         self._pending_rollout_info, self._pending_server_rows = {}, None
         return rec
-
-
-class _FinishVerification(TrainerCallback):
-    """No optimizer step while a published version is unverified: the pending verification of the last push is
-    finished before the update changes the weights it must be measured against."""
-
-    def __init__(self, trainer: GRPOPluginTrainer):
-        self.trainer = trainer
-
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self.trainer._finish_verification()
 
 
 class _StepMetricsCallback(TrainerCallback):
@@ -497,17 +384,17 @@ class _StepMetricsCallback(TrainerCallback):
         tr = self.trainer
         if tr.metrics_writer is not None:
             summary = summarize(
-                tr.metrics_writer.records, mode=tr.weight_sync.mode,
+                tr.metrics_writer.records, mode=tr.sync.mode,
                 model=str(loaded_cfg().get("base_model") or getattr(tr.model, "name_or_path", "")),
-                tolerance=tr.verify_tolerance if tr.grpo.verify_sync else None,
+                tolerance=tr.sync.tolerance if tr.grpo.verify_sync else None,
                 server_peak_rss_mb=round(self._server_peak, 1) if self._server_peak else None,
                 extra={"sync_interval": tr.grpo.sync_interval, "optimizer": optimizer_name(tr.optimizer),
                        "servers": server_summary(tr.metrics_writer.records,
                                                  [c.base_url for c in replicas_of(tr.vllm_server)],
-                                                 tr.verify_tolerance if tr.grpo.verify_sync else None),
+                                                 tr.sync.tolerance if tr.grpo.verify_sync else None),
                        **_atropos_summary(tr)},
             )
-            tr.metrics_writer.finish(summary, title=f"grpo_plugin · {tr.weight_sync.mode}")
+            tr.metrics_writer.finish(summary, title=f"grpo_plugin · {tr.sync.mode}")
         tr.close_sync()
 
 

@@ -10,7 +10,7 @@ import torch
 
 @pytest.fixture
 def peft_trainer(tiny_model_dir):
-    """The two things LoraSync needs from a trainer: the model and an accelerator to unwrap it."""
+    """What LoraSync.prepare takes (a sync.base.ModelHandle: here on the bare model), and the model."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
@@ -19,7 +19,7 @@ def peft_trainer(tiny_model_dir):
     model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
                                                             "gate_proj", "up_proj", "down_proj"]))
-    return SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+    return SimpleNamespace(model=model, unwrap=lambda: model)
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ def main(mode: str, model_dir: str, url: str, out: str) -> None:
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_plugin.bench.common import trainer_stub
     from grpo_plugin.server.client import VLLMServerClient
     from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.sync.ranks import LeadFollow, fsdp2_gather
     from grpo_plugin.sync.restart import RestartSync
@@ -54,7 +54,7 @@ def main(mode: str, model_dir: str, url: str, out: str) -> None:
     if rank == 0:
         client = VLLMServerClient(url, timeout=300)
         sync = LoraSync(client, adapter_name="fsdp2") if mode == "lora_sync" else RestartSync(client)
-        sync.prepare(trainer_stub(model))
+        sync.prepare(ModelHandle.of(model))
         verifier = ProbeVerifier(client, probe_ids, 1e-4, mode, max_len=512, forward=lead.logprobs)
     batch = torch.tensor([list(range(5, 45))])
     report = {"diffs": [], "probe": []}

@@ -41,20 +41,14 @@ def ipc_server(tiny_model_dir, cache_env, tmp_path_factory):
         assert export_dir is None or not export_dir.exists(), "the server's shared weight file was left behind"
 
 
-class _Trainer(SimpleNamespace):
-    """What IpcSync.prepare uses of the trainer: the model, the accelerator, add_callback."""
-
-    def add_callback(self, cb):
-        self.callbacks.append(cb)
-
-
 def trainer_for(model_dir, dtype=torch.float32, processes: int = 1, rank: int = 0):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
-    return _Trainer(model=model, callbacks=[],
-                    accelerator=SimpleNamespace(unwrap_model=lambda m: m, num_processes=processes,
-                                                is_main_process=rank == 0))
+    # what IpcSync.prepare takes (a sync.base.ModelHandle), with the model and the callbacks it registered
+    callbacks = []
+    return SimpleNamespace(model=model, callbacks=callbacks, unwrap=lambda: model, num_processes=processes,
+                           is_main=rank == 0, add_callback=callbacks.append)
 
 
 def fresh_copy(model):

@@ -70,14 +70,11 @@ def _model(model_dir):
     return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
 
 
-class _Trainer(SimpleNamespace):
-    def add_callback(self, cb):
-        self.callbacks.append(cb)
-
-
 def _trainer(model):
-    return _Trainer(model=model, callbacks=[], accelerator=SimpleNamespace(unwrap_model=lambda m: m,
-                                                                           num_processes=1))
+    """What a mode's prepare() takes (a sync.base.ModelHandle), with the callbacks it registered."""
+    callbacks = []
+    return SimpleNamespace(model=model, callbacks=callbacks, unwrap=lambda: model, num_processes=1, is_main=True,
+                           add_callback=callbacks.append)
 
 
 def _train(model, ids, opt, fence=None) -> None:

@@ -54,7 +54,7 @@ def trainer_for(model_dir):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    return SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+    return SimpleNamespace(model=model, unwrap=lambda: model)  # what prepare() takes (sync.base.ModelHandle)
 
 
 def train_step(model, seed: int, scale: float = 0.03) -> None:

@@ -30,7 +30,7 @@ def qlora_trainer(tiny_model_dir):
                                                 device_map="cpu")
     torch.manual_seed(0)
     model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]))
-    return SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+    return SimpleNamespace(model=model, unwrap=lambda: model)  # what prepare() takes (sync.base.ModelHandle)
 
 
 def test_quantized_base_is_served_resent_after_a_fresh_server_and_restored(vllm_server, qlora_trainer, probe_ids,

@@ -131,10 +131,10 @@ def test_a_lost_server_reaches_finish_as_is_and_the_lease_is_released(model):
 
 
 def test_the_trainer_recovers_a_server_lost_under_its_verification_and_drops_prefetched_rollouts(model):
-    """GRPOPluginTrainer._finish_verification on stand-ins: a lost server is recovered through the guard and the
+    """SyncSession.finish_verification on stand-ins: a lost server is recovered through the guard and the
     prefetch queue is dropped (True); a mismatch is raised, never recovered."""
-    from grpo_plugin.producers.prefetch import PrefetchingProducer
-    from grpo_plugin.trainer import GRPOPluginTrainer
+    from grpo_plugin.sync.base import ModelHandle
+    from grpo_plugin.sync.session import SyncSession
 
     class _Guard:
         enabled = True
@@ -149,26 +149,23 @@ def test_the_trainer_recovers_a_server_lost_under_its_verification_and_drops_pre
             self.recovered.append((during, why, redo))
 
     dropped = []
-    producer = PrefetchingProducer.__new__(PrefetchingProducer)
-    producer._drop_queue = lambda: dropped.append(True)
-
     deferred, gate, client = _deferred(model, fail=ServerLost("gone"))
-    tr = SimpleNamespace(deferred=deferred, guard=_Guard(), data_producer=producer,
-                         accelerator=SimpleNamespace(unwrap_model=lambda m: m), model=model)
-    assert GRPOPluginTrainer._finish_verification(tr) is False  # nothing pending
+    session = SimpleNamespace(deferred=deferred, guard=_Guard(), forget_prefetched=lambda: dropped.append(True),
+                              model=ModelHandle.of(model))
+    assert SyncSession.finish_verification(session) is False  # nothing pending
     gate.publish(4, "m")
     deferred.start(SyncResult(step=4, sync_ms=1.0))
     client.go.set()
-    assert GRPOPluginTrainer._finish_verification(tr) is True
-    assert tr.guard.recovered == [("verification of the pushed weights", "gone", False)] and dropped == [True]
+    assert SyncSession.finish_verification(session) is True
+    assert session.guard.recovered == [("verification of the pushed weights", "gone", False)] and dropped == [True]
 
     deferred2, gate2, client2 = _deferred(model)
-    tr.deferred, tr.model = deferred2, type(model)(model.config)
+    session.deferred, session.model = deferred2, ModelHandle.of(type(model)(model.config))
     gate2.publish(5, "m")
     deferred2.start(SyncResult(step=5, sync_ms=1.0))
     client2.go.set()
     with pytest.raises(probe.SyncVerificationError):
-        GRPOPluginTrainer._finish_verification(tr)
-    assert len(tr.guard.recovered) == 1
+        SyncSession.finish_verification(session)
+    assert len(session.guard.recovered) == 1
     deferred.close()
     deferred2.close()

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
-from grpo_plugin.sync.base import SyncError, full_weight_model
+from grpo_plugin.sync.base import ModelHandle, SyncError, full_weight_model
 from tests.unit.test_ipc_layout import _hf_model
 
 
@@ -15,8 +13,7 @@ def test_lora_model_is_refused_by_full_weight_modes(mode):
     from peft import LoraConfig, get_peft_model
 
     plain = _hf_model(tied=True)
-    trainer = SimpleNamespace(model=plain, accelerator=SimpleNamespace(unwrap_model=lambda m: m))
-    assert full_weight_model(trainer, mode) is plain
-    trainer.model = get_peft_model(_hf_model(tied=True), LoraConfig(r=4, target_modules=["q_proj"]))
+    assert full_weight_model(ModelHandle.of(plain), mode) is plain
+    lora = get_peft_model(_hf_model(tied=True), LoraConfig(r=4, target_modules=["q_proj"]))
     with pytest.raises(SyncError, match=rf"grpo.sync={mode} syncs full weights .* Use `grpo.sync: lora_sync`"):
-        full_weight_model(trainer, mode)
+        full_weight_model(ModelHandle.of(lora), mode)

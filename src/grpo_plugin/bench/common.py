@@ -155,11 +155,6 @@ def pause_stats(values: list[float], diffs: list[float]) -> dict:
     return {**median_p90(values), "max_logprob_diff": max(diffs), "verified": all(d <= 1e-4 for d in diffs)}
 
 
-def trainer_stub(model):
-    return ns(model=model, callbacks=[], add_callback=lambda cb: None,
-              accelerator=ns(unwrap_model=lambda m: m, num_processes=1))
-
-
 def load_model(model_dir: str):
     import torch
     from transformers import AutoModelForCausalLM
@@ -170,11 +165,12 @@ def load_model(model_dir: str):
 def pause_ipc(client, model_dir: str, repeats: int, fence: str) -> dict:
     """The write happens inside the fence (as optimizer.step() does); the pause is the fencing time."""
     from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.ipc import IpcSync
 
     model = load_model(model_dir)
     sync = IpcSync(client, fence=fence)
-    sync.prepare(trainer_stub(model))
+    sync.prepare(ModelHandle.of(model))
     verifier = ProbeVerifier(client, probe_token_ids(model_dir), tolerance=1e-4, mode="ipc")
     ms, diffs = [], []
     for i in range(repeats + 1):
@@ -209,6 +205,7 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: str) -> 
 
     from grpo_plugin.server.connect import connect
     from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.base import ModelHandle
 
     client = connect(base_url.split(","), timeout=600)
     model = load_model(model_dir)
@@ -220,9 +217,7 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: str) -> 
         from grpo_plugin.sync.restart import RestartSync
 
         sync = RestartSync(client, strategy="reload")
-    trainer = trainer_stub(model)
-    sync.prepare(trainer)
-    model = trainer.model
+    sync.prepare(ModelHandle.of(model))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     probe_ids = probe_token_ids(model_dir)
     ids = torch.tensor([probe_ids * 4])

@@ -31,7 +31,6 @@ from grpo_plugin.bench.common import (
     perturb,
     probe_token_ids,
     scratch,
-    trainer_stub,
 )
 
 ns = SimpleNamespace
@@ -47,8 +46,9 @@ def _server(model_dir: str, tmp: Path, name: str, **spec):
 
 def pause_push(sync, model, client, model_dir: str, repeats: int, only: str = "") -> dict:
     from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.base import ModelHandle
 
-    sync.prepare(trainer_stub(model))
+    sync.prepare(ModelHandle.of(model))
     verifier = ProbeVerifier(client, probe_token_ids(model_dir), tolerance=1e-4, mode=sync.mode)
     ms, diffs = [], []
     for i in range(repeats + 1):

@@ -67,6 +67,7 @@ def run(mode: str, model_dir: str | None, repeats: int, lora_r: int, port: int |
 
     from grpo_plugin.server.process import ServerSpec, launch, lora_rank_for_vllm
     from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.tiny import build_model
 
@@ -85,7 +86,7 @@ def run(mode: str, model_dir: str | None, repeats: int, lora_r: int, port: int |
         verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="lora_sync")
 
         ours = LoraSync(client, adapter_name="bench-ours")
-        ours.prepare(SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m)))
+        ours.prepare(ModelHandle.of(model))
         theirs = _axolotl_sync_fn(model, spec.base_url, "bench-axolotl")
         res = {"ours": {"ms": [], "diff": [], "write_ms": []}, "axolotl": {"ms": [], "diff": [], "write_ms": []}}
         # Time the adapter-writing part of each push (the rest is HTTP to the server) by wrapping, not changing,

@@ -20,7 +20,6 @@ import json
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 from grpo_plugin.bench.common import free_port, perturb, probe_token_ids, scratch, stack, stack_line
 
@@ -134,6 +133,7 @@ def probe_differences(model_dir: str, tmp) -> list[dict]:
 
     from grpo_plugin.server.process import ServerSpec, launch
     from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.sync.served_base import ServedBase
 
@@ -145,9 +145,8 @@ def probe_differences(model_dir: str, tmp) -> list[dict]:
         verifier = ProbeVerifier(client, probe_token_ids(model_dir), tolerance=1.0, mode="lora_sync")
         for base in ("fp32 (no quantization)", "8-bit", "4-bit"):
             model = load(model_dir, base, torch.float32)
-            trainer = SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m))
             sync = ServedBase(LoraSync(client, adapter_name=f"bench-{base[:5]}"), client)
-            sync.prepare(trainer)
+            sync.prepare(ModelHandle.of(model))
             perturb(model, seed=1, scale=0.02, only="lora_B")
             row = {"base": base, "quantization": sync.quantization or "none"}
             if sync.quantization:
@@ -160,7 +159,7 @@ def probe_differences(model_dir: str, tmp) -> list[dict]:
             row["base_load"] = {k: sync.last_report.get(k) for k in ("base_write_ms", "reload_ms", "base_bytes")}
             sync.close()  # the server reloads its own checkpoint
             rows.append(row)
-            del model, trainer, sync
+            del model, sync
     finally:
         server.stop()
     return rows

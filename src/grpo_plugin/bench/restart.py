@@ -10,7 +10,6 @@ import importlib.util
 import statistics
 import sys
 import time
-from types import SimpleNamespace
 
 from grpo_plugin.bench.common import free_port, pct, perturb, probe_token_ids, scratch, stack, stack_line
 
@@ -104,12 +103,12 @@ def run(sizes: list[str], repeats: int, process_repeats: int, axolotl_repeats: i
 
     from grpo_plugin.server.process import ServerSpec, launch
     from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.restart import RestartSync
     from grpo_plugin.tiny import MODEL_SIZES, build_model
 
     out: dict = {"benchmark": "sync", "mode": "restart", "repeats": repeats, "process_repeats": process_repeats,
                  "axolotl_repeats": axolotl_repeats, "models": {}, "stack": stack()}
-    ns = SimpleNamespace
     with scratch("grpo_bench-") as tmp:
         for size in sizes:
             model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
@@ -120,7 +119,7 @@ def run(sizes: list[str], repeats: int, process_repeats: int, axolotl_repeats: i
             try:
                 probe_ids = probe_token_ids(model_dir)
                 model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-                trainer = ns(model=model, accelerator=ns(unwrap_model=lambda m: m))
+                trainer = ModelHandle.of(model)
                 verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="restart")
                 n_params = sum(p.numel() for p in model.parameters())
                 res = {"params": n_params, "weights_mb": round(n_params * 4 / 2**20, 1)}

@@ -26,7 +26,6 @@ from grpo_plugin.bench.common import (
     probe_token_ids,
     scratch,
     start_vllm_servers,
-    trainer_stub,
 )
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -55,12 +54,13 @@ def _one_vs_two(make_sync, model, clients: list, probe: list[int], repeats: int,
     """The same pushes to the first server alone and to both (ServerGroup), alternating; each verified."""
     from grpo_plugin.server.group import ServerGroup
     from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.base import ModelHandle
 
     group = ServerGroup([c.fork() for c in clients])
     targets = {"1 server": clients[0], "2 servers": group}
     syncs = {k: make_sync(c, "one" if k == "1 server" else "two") for k, c in targets.items()}
     for sync in syncs.values():
-        sync.prepare(trainer_stub(model))
+        sync.prepare(ModelHandle.of(model))
     verifiers = {k: ProbeVerifier(c, probe, 1e-4, syncs[k].mode) for k, c in targets.items()}
     try:
         return _alternate(syncs, model, verifiers, repeats, only=only)

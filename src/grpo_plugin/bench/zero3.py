@@ -27,7 +27,6 @@ from grpo_plugin.bench.common import (
     probe_token_ids,
     scratch,
     start_vllm_servers,
-    trainer_stub,
 )
 
 ZERO3 = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
@@ -36,11 +35,12 @@ ZERO3 = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
 
 def _unsharded(model_dir: str, client, repeats: int) -> dict:
     from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.restart import RestartSync
 
     model = load_model(model_dir)
     sync = RestartSync(client)
-    sync.prepare(trainer_stub(model))
+    sync.prepare(ModelHandle.of(model))
     verifier = ProbeVerifier(client, probe_token_ids(model_dir), 1e-4, "restart")
     push, diffs = [], []
     try:
@@ -79,6 +79,7 @@ def _worker(model_dir: str, url: str, repeats: int, out_file: str) -> None:
 
     from grpo_plugin.server.client import VLLMServerClient
     from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.ranks import LeadFollow, describe_gather, selected
     from grpo_plugin.sync.restart import RestartSync
 
@@ -94,7 +95,7 @@ def _worker(model_dir: str, url: str, repeats: int, out_file: str) -> None:
     client = VLLMServerClient(url, timeout=600)
     sync = RestartSync(client) if rank == 0 else None
     if sync is not None:
-        sync.prepare(trainer_stub(model))
+        sync.prepare(ModelHandle.of(model))
         verifier = ProbeVerifier(client, probe_token_ids(model_dir), 1e-4, "restart", forward=lead.logprobs)
     gather, push, diffs, described = [], [], [], ""
     for i in range(repeats + 1):

@@ -1,6 +1,7 @@
 """The weight-sync protocol: one small class per `grpo.sync` mode, picked by config.
 
-The trainer owns the loop and calls, in order: `prepare(trainer)` once, then `push(step)` whenever
+The sync session (sync/session.py) drives a mode and calls, in order: `prepare(model)` once, with a
+`ModelHandle` (the trainer's model and rank facts, not the trainer), then `push(step)` whenever
 `grpo.sync_interval` says so (the push is verified by the post-sync probe), and `close()` at the end.
 `server_restarted()` after the server was lost and replaced, before the push that restores the weights.
 `generation_model` names the model generation requests must use on the server.
@@ -12,7 +13,7 @@ import contextlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from grpo_plugin.server.client import VLLMServerClient
@@ -27,6 +28,26 @@ class SyncResult:
     logprob_diff_max: float | None = None
     pushed: bool = True  # False: the server already held these weights; only verified
     server_diffs: list[float] | None = None  # with several servers: each one's mean |Δlogp| (server order)
+
+
+def _ignore(callback) -> None:
+    """No training loop to hook (a handle on a bare model)."""
+
+
+@dataclass(frozen=True)
+class ModelHandle:
+    """What a mode's `prepare` and the sync session see of the trainer: its model, the rank facts, and a way to
+    hook the training loop (ipc fences every optimizer step)."""
+
+    unwrap: Callable[[], Any]  # the trainer's model now, without its wrappers (DDP, DeepSpeed)
+    num_processes: int = 1
+    is_main: bool = True
+    add_callback: Callable[[Any], None] = _ignore  # takes a transformers TrainerCallback
+
+    @classmethod
+    def of(cls, model, *, callbacks: list | None = None, **facts) -> ModelHandle:
+        """A handle on a bare model (benchmarks, tests): `callbacks` collects what the mode registers."""
+        return cls(unwrap=lambda: model, add_callback=callbacks.append if callbacks is not None else _ignore, **facts)
 
 
 class WeightSync(Protocol):
@@ -47,7 +68,7 @@ class WeightSync(Protocol):
     @property
     def generation_model(self) -> str: ...
 
-    def prepare(self, trainer) -> None: ...
+    def prepare(self, model: ModelHandle) -> None: ...
 
     def push(self, step: int, tensors: dict | None = None) -> SyncResult:
         """`tensors`: the trainer's full state dict when the trainer's own parameters are shards (FSDP2: gathered
@@ -148,9 +169,9 @@ def require_worker_extension(client: VLLMServerClient, mode: str, purpose: str) 
         )
 
 
-def full_weight_model(trainer, mode: str):
+def full_weight_model(handle: ModelHandle, mode: str):
     """The trainer's unwrapped model for a full-weight mode; a LoRA model is refused with the way out."""
-    model = trainer.accelerator.unwrap_model(trainer.model)
+    model = handle.unwrap()
     if hasattr(model, "peft_config"):
         raise SyncError(f"grpo.sync={mode} syncs full weights for full fine-tuning, but the trainer's model has a "
                         "LoRA adapter. Use `grpo.sync: lora_sync` for adapters, or remove `adapter:`.")

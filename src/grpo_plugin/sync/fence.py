@@ -72,8 +72,8 @@ class FencedSync:
     def verify_context(self) -> str:
         return getattr(self.inner, "verify_context", "")
 
-    def prepare(self, trainer) -> None:
-        self.inner.prepare(trainer)
+    def prepare(self, model) -> None:
+        self.inner.prepare(model)
 
     def push(self, step: int, tensors: dict | None = None) -> SyncResult:
         t0 = time.perf_counter()

@@ -87,18 +87,18 @@ class IpcSync:
         return self._served
 
     # ---- attach ---------------------------------------------------------------------------------
-    def prepare(self, trainer) -> None:
+    def prepare(self, handle) -> None:
         """With several trainer ranks (DDP: every rank holds the same weights and takes the same optimizer step),
         rank 0's model is the shared copy and its optimizer step is the write; the other ranks keep their own
         replicas and never touch the shared file (args.py makes the fence `server` then: another rank may be
         generating while rank 0 writes)."""
-        if trainer.accelerator.num_processes > 1 and not trainer.accelerator.is_main_process:
+        if handle.num_processes > 1 and not handle.is_main:
             return
-        self._model = full_weight_model(trainer, self.mode)
+        self._model = full_weight_model(handle, self.mode)
         _ = self.generation_model  # fail early if the server serves nothing
         require_worker_extension(self.client, "ipc", "share its weights")
         self._attach(self._fetch_manifest(), initial=True)
-        trainer.add_callback(_StepFence(self))
+        handle.add_callback(_StepFence(self))
 
     def _fetch_manifest(self) -> dict:
         """The manifest of the shared weights. Several servers (server/group.py) must all compute with ONE file:

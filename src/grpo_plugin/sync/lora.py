@@ -63,8 +63,8 @@ class LoraSync:
     def _version_dir(self, name: str) -> Path:
         return self.adapter_dir / name
 
-    def prepare(self, trainer) -> None:
-        model = trainer.accelerator.unwrap_model(trainer.model)
+    def prepare(self, handle) -> None:
+        model = handle.unwrap()
         if not hasattr(model, "peft_config"):
             raise ValueError(
                 "grpo.sync=lora_sync: the trainer's model has no LoRA adapter. Set `adapter: lora` in the config."

@@ -194,8 +194,8 @@ class RestartSync:
     def weights_dir(self):
         return self.storage.path
 
-    def prepare(self, trainer) -> None:
-        self._model = model = full_weight_model(trainer, self.mode)
+    def prepare(self, handle) -> None:
+        self._model = model = full_weight_model(handle, self.mode)
         _ = self.generation_model  # fail early if the server serves nothing
         self.strategy.prepare(model, self.storage.path)
 

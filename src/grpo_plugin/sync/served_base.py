@@ -69,7 +69,7 @@ class ServedBase:
                 "CUDA quantizes activations too), measure the difference and accept it explicitly with "
                 "`grpo.verify_tolerance` (docs/modes.md, QLoRA).")
 
-    def prepare(self, trainer) -> None:
+    def prepare(self, handle) -> None:
         from grpo_plugin.quant.dequant import (
             compute_dtype,
             describe,
@@ -78,8 +78,8 @@ class ServedBase:
             upcast_adapter,
         )
 
-        self.inner.prepare(trainer)
-        model = trainer.accelerator.unwrap_model(trainer.model)
+        self.inner.prepare(handle)
+        model = handle.unwrap()
         layers = quantized_layers(model)
         if not layers:
             return

@@ -1,0 +1,209 @@
+"""One run's weight sync, as the trainer drives it: which weights the server holds, and getting the trainer's there.
+
+The session owns, for the whole run:
+- the policy gate (sync/gate.py): which version the server generates with, and who may write weights meanwhile;
+- the mode's `WeightSync` (one per `grpo.sync`, sync/__init__.py), prepared with a `ModelHandle`, never the trainer;
+- the server guard (server/recovery.py): a server lost during a push, a rollout or a verification is brought back,
+  and `restore` puts the trainer's current weights on the new one;
+- the post-sync probe (sync/verify.py), run at once or deferred (its server half overlaps the next rollout);
+- the version counter: `synced_version`, the optimizer step whose weights the server holds.
+
+Its lifecycle: built before the host trainer (the producers need the gate and the guard), `attach` once the model
+is loaded, `maybe_push` before each rollout (axolotl's `_maybe_sync_vllm_weights`), `finish_verification` before
+each optimizer step and before a rollout sampled with an unverified version is scored, `close` at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from accelerate.utils import broadcast_object_list
+from transformers import TrainerCallback
+
+from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, loaded_cfg
+from grpo_plugin.server.recovery import ServerGuard
+from grpo_plugin.sync import build_weight_sync
+from grpo_plugin.sync.base import ModelHandle, SyncResult
+from grpo_plugin.sync.gate import PolicyGate
+from grpo_plugin.sync.verify import DeferredVerifier, ProbeVerifier
+
+if TYPE_CHECKING:
+    from grpo_plugin.sync.ranks import LeadFollow, OneCopy
+
+
+class SyncSession:
+    def __init__(self, settings: GRPOSettings, client, *, world_size: int, overlapped: bool,
+                 step: Callable[[], int], on_result: Callable[[SyncResult | None], None]):
+        """`world_size`: the trainer's processes (one process restores the weights on a replaced server; with
+        several ranks a lost server ends the run, which resumes from its checkpoints). `overlapped`: generation
+        overlaps training (prefetch, Atropos): the probe's server half then runs beside the next rollout.
+        `step()`: the trainer's global step. `on_result(result)`: the sync done for the current step, for the
+        step's metrics (None on the ranks that did not push)."""
+        self.settings, self.client, self.on_result, self.overlapped = settings, client, on_result, overlapped
+        self.gate = PolicyGate()  # rollouts lease a version; in-place writes exclude them
+        self.weight_sync = build_weight_sync(settings, client, self.gate)
+        self.guard = ServerGuard(
+            client, restore=self.restore, step=step, max_restarts=settings.server_restarts,
+            restart_window_s=settings.server_restart_window, hang_timeout_s=settings.server_hang_timeout,
+            wait_timeout_s=settings.server_timeout, starts_itself=self.weight_sync.starts_server,
+            enabled=world_size == 1)
+        self.synced_version: int | None = None  # global_step whose weights the server holds
+        self.forget_prefetched: Callable[[], None] = lambda: None  # rollouts a lost server may have sampled
+        self.model: ModelHandle | None = None
+        self.ranks: OneCopy | LeadFollow | None = None
+        self.verifier: ProbeVerifier | None = None
+        self.deferred: DeferredVerifier | None = None
+        self.tolerance: float | None = None
+        self.closed = False
+
+    @property
+    def mode(self) -> str:
+        return self.weight_sync.mode
+
+    def attach(self, model: ModelHandle, ranks: OneCopy | LeadFollow, tokenizer) -> None:
+        """The trainer's model is loaded: prepare the mode on it and build the probe (its tolerance follows the
+        model's dtype unless grpo.verify_tolerance says otherwise). `ranks`: who reads the weights for a push
+        (sync/ranks.py)."""
+        self.model, self.ranks = model, ranks
+        # before prepare(): a pending verification is finished before ipc's fence takes the gate for the step
+        model.add_callback(_FinishVerification(self))
+        self.weight_sync.prepare(model)
+        unwrapped = model.unwrap()
+        dtype = next(unwrapped.get_input_embeddings().parameters()).dtype
+        self.tolerance = self.settings.verify_tolerance or DEFAULT_TOLERANCE.get(str(dtype).removeprefix("torch."),
+                                                                                  1e-4)
+        lengths = [x for x in (getattr(unwrapped.config, "max_position_embeddings", None),
+                               (loaded_cfg().get("vllm") or {}).get("max_model_len")) if x]
+        probe_ids = tokenizer(self.settings.probe_text, add_special_tokens=False)["input_ids"]
+        self.verifier = ProbeVerifier(self.client, probe_ids, self.tolerance, self.mode,
+                                      max_len=min(lengths) if lengths else None, forward=ranks.logprobs,
+                                      context=lambda: getattr(self.weight_sync, "verify_context", ""))
+        self.deferred = DeferredVerifier(self.verifier, self.gate)
+
+    # ---- the push before a rollout ------------------------------------------------------------
+    def maybe_push(self, step: int) -> None:
+        """Every `grpo.sync_interval` steps: push (rank 0, every rank joining a sharded gather), verify, publish."""
+        last = self.synced_version
+        if last is not None and (step == last or step - last < self.settings.sync_interval):
+            return
+        result = None
+        if self.model.is_main:  # one push per sync, whatever the number of ranks
+            with self.ranks.leading():  # sharded weights: the other ranks join each gather and probe forward
+                self.finish_verification()  # (normally done already, before the last optimizer step)
+                # a server lost during the push is brought back by the guard, whose restore IS this push
+                result = self.guard.run("weight push", lambda: self._sync_now(step, last), redo=False)
+        else:
+            self.ranks.follow(self.model.unwrap())
+        # no rank generates before the push is done and verified; every rank's producer then samples with the
+        # model name rank 0's push serves (a push already published it inside its write on rank 0)
+        served = self.weight_sync.generation_model if self.model.is_main else None
+        if self.model.num_processes > 1:
+            served = broadcast_object_list([served], from_process=0)[0]
+        self.gate.publish(step, served)
+        self.synced_version = step
+        self.on_result(result)
+
+    def _sync_now(self, step: int, last: int | None) -> SyncResult:
+        result = None
+        if last is None and not self.weight_sync.needs_initial_push:
+            result = self._initial_check(step)
+        if result is None:
+            # generation overlapped with training: the probe's server half too. Synchronous runs keep it before
+            # the rollout: their rollouts are then reproducible (the probe never shares a batch with one)
+            # (sharded weights: the probe's forward needs every rank, so it runs inside the sync)
+            defer = self.overlapped and not self.ranks.sharded
+            result = self._push(step, verify=self.settings.verify_sync, defer=defer)
+        if self.settings.atropos is not None and not result.pushed:
+            # verified, not pushed: the server already computes with these weights; a push announces its
+            # version inside the sync fence instead
+            self.client.set_policy(step, self.weight_sync.generation_model)
+        return result
+
+    def _initial_check(self, step: int) -> SyncResult | None:
+        """The server started on the trainer's initial weights: verify instead of pushing. None (push) if the
+        probe disagrees, e.g. because the model was changed at load."""
+        result = self.verifier.measure_into(self.model.unwrap(), self.weight_sync.generation_model,
+                                            SyncResult(step=step, sync_ms=0.0, pushed=False))
+        return result if result.logprob_diff <= self.tolerance else None
+
+    def _push(self, step: int, *, verify: bool, defer: bool = False) -> SyncResult:
+        """Push (excluding every generation when the mode writes the served weights in place), publish the
+        version, verify it: now, or (`defer`) with the server's half in the background while generation goes on
+        (sync/verify.py), finished by `finish_verification`."""
+        with self.gate.writing(self.weight_sync.writes_in_place):
+            with self.ranks.gathered(self.model.unwrap(), self.weight_sync.reads) as full:
+                result = self.weight_sync.push(step, full)
+            self.gate.publish(step, self.weight_sync.generation_model)
+        if verify and defer:
+            self.deferred.start(result)
+        elif verify:
+            self.verifier.verify(self.model.unwrap(), self.weight_sync.generation_model, result)
+        return result
+
+    # ---- verification and recovery ------------------------------------------------------------
+    def finish_verification(self) -> bool:
+        """Finish the pending verification of the last push (main thread, before the weights change again).
+        A mismatch raises SyncVerificationError. A server lost meanwhile is recovered like anywhere else (the
+        restore pushes and verifies the current weights on the new server) and the prefetched rollouts, which
+        the lost server may have sampled with the unverified version, are forgotten: returns True then."""
+        if self.deferred.version is None:
+            return False
+        try:
+            self.deferred.finish(self.model.unwrap())
+            return False
+        except Exception as exc:
+            why = self.guard.is_lost(exc) if self.guard.enabled else None
+            if why is None:
+                raise
+            self.guard.recover("verification of the pushed weights", why, redo=False)
+            self.forget_prefetched()
+            return True
+
+    def must_resample(self, version: int | None) -> bool:
+        """Before a rollout sampled with `version` is scored: finish the verification pending on that version.
+        True when its server was lost meanwhile: the rollout must be sampled again."""
+        pending = self.deferred.version
+        return pending is not None and version is not None and version >= pending and self.finish_verification()
+
+    def restore(self) -> SyncResult:
+        """After the server was lost and replaced (server/recovery.py): put the trainer's CURRENT weights on it
+        and verify them with the probe (always, whatever verify_sync says: a recovered run must be provably on
+        the trained weights)."""
+        step = self.guard.step()
+        self.deferred.discard()  # the server it asked is gone; this push verifies the current weights itself
+        self.weight_sync.server_restarted()
+        result = self._push(step, verify=True)
+        self.synced_version = step
+        self.on_result(result)
+        return result
+
+    # ---- the end --------------------------------------------------------------------------------
+    def stop_generation(self) -> None:
+        """No new rollout starts (one waiting for a version that will not come gives up)."""
+        self.gate.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.stop_generation()
+        with contextlib.suppress(Exception):
+            self.weight_sync.close()
+        if self.deferred is not None:
+            self.deferred.close()
+
+
+class _FinishVerification(TrainerCallback):
+    """No optimizer step while a published version is unverified: the pending verification of the last push is
+    finished before the update changes the weights it must be measured against."""
+
+    def __init__(self, session: SyncSession):
+        self.session = session
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.session.finish_verification()
+
+
+__all__ = ["SyncSession"]
