@@ -9,6 +9,9 @@ Every generation holds a lease on the policy gate (sync/gate.py): it samples wit
 (recorded in the rollout as `_grpo_policy_version`) and, for a rollout to be trained at step g, waits until the
 server holds at least version g - `grpo.max_policy_lag`. With `trl.async_prefetch` this runs in axolotl's
 background thread (producers/prefetch.py); the same code runs on the main thread otherwise.
+
+Every request carries the configured sampling: `trl.num_generations`, `max_completion_length`, `temperature`,
+`top_p`, `top_k`, `min_p`, `repetition_penalty`, and `trl.generation_kwargs` as further fields of vLLM's request.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class LocalRolloutProducer(GRPODataProducer):
         self.gate = gate
         self.max_policy_lag = max_policy_lag
         self.lag_timeout = lag_timeout
+        self._generation_kwargs: dict | None = None
 
     def _next_inputs(self) -> list[dict]:
         if self._prompt_dl is None:
@@ -50,6 +54,8 @@ class LocalRolloutProducer(GRPODataProducer):
         prompt_ids, images, _ = trainer._tokenize_prompts(prompts)
         if images is not None:
             raise ValueError("grpo_plugin: multimodal prompts are not supported by the local producer")
+        if self._generation_kwargs is None:
+            self._generation_kwargs = generation_kwargs(trainer.args)
         g = trainer.num_generations
         if len(prompt_ids) % g:
             raise ValueError(f"got {len(prompt_ids)} prompts, not a multiple of num_generations={g}")
@@ -71,6 +77,7 @@ class LocalRolloutProducer(GRPODataProducer):
                     top_k=trainer.top_k if trainer.top_k and trainer.top_k > 0 else None,
                     min_p=trainer.min_p,
                     repetition_penalty=trainer.repetition_penalty,
+                    extra=self._generation_kwargs,
                 )
 
         # through the trainer's ServerGuard: on the main thread a lost server is brought back with the current
@@ -117,3 +124,14 @@ class LocalRolloutProducer(GRPODataProducer):
             "_grpo_server_rows": server_rows,
         }
         return RolloutDataset(output)
+
+
+def generation_kwargs(args) -> dict:
+    """`trl.generation_kwargs`: more fields of each generation request (vLLM's sampling parameters). axolotl (0.19,
+    0.21) does not pass this key on to TRL's args, so it is read from the config axolotl loaded when they lack it."""
+    value = getattr(args, "generation_kwargs", None)
+    if not value:
+        from grpo_plugin.args import loaded_cfg
+
+        value = (loaded_cfg().get("trl") or {}).get("generation_kwargs")
+    return dict(value or {})

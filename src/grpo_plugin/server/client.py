@@ -27,6 +27,12 @@ class ServerLost(ServerError):
     """The server stopped answering while a request was in flight (its process exited, or it hung)."""
 
 
+# Request fields `generate` decides: the sampling settings from its arguments, the rest because it reads the reply
+# by them. `extra` (trl.generation_kwargs) may add other fields of vLLM's request, not change these.
+GENERATE_FIELDS = ("model", "prompt", "n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                   "seed", "logprobs", "return_tokens_as_token_ids", "skip_special_tokens", "echo", "stream")
+
+
 @dataclass
 class Completion:
     token_ids: list[int]
@@ -154,7 +160,12 @@ class VLLMServerClient:
         seed: int | None = None,
         extra: dict[str, Any] | None = None,
     ) -> list[list[Completion]]:
-        """Sample `n` completions per token-id prompt. Returns one list of `n` Completions per prompt."""
+        """Sample `n` completions per token-id prompt. Returns one list of `n` Completions per prompt. `extra`: more
+        fields of vLLM's /v1/completions request (its sampling parameters: stop_token_ids, presence_penalty, ...),
+        none of GENERATE_FIELDS."""
+        clash = sorted(set(extra or ()) & set(GENERATE_FIELDS))
+        if clash:
+            raise ValueError(f"generate(extra=...) may not set {clash}: generate() decides these request fields")
         payload: dict[str, Any] = {
             "model": model,
             "prompt": prompts,
