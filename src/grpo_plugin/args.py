@@ -340,8 +340,13 @@ def check_cross_keys(data: dict) -> None:
             )
         if trl.get("vllm_mode") not in (None, "server"):
             raise ValueError(
-                f"trl.vllm_mode: {trl.get('vllm_mode')!r} is not supported by the grpo_plugin; it talks to a "
-                "vLLM server (`axolotl vllm-serve`, or grpo.managed_server: true). Remove trl.vllm_mode."
+                f"trl.vllm_mode: {trl.get('vllm_mode')!r} (TRL's vLLM inside the trainer process) is not supported by "
+                "the grpo_plugin: it generates on a vLLM server (`axolotl vllm-serve`, or grpo.managed_server: true). "
+                "On one GPU, share the GPU with that server: `grpo.sync: ipc` is the plugin's colocated mode (the "
+                "trainer and the server use ONE copy of the weights; its vLLM side has not run on a GPU yet, every "
+                "step is verified: docs/modes.md#ipc-on-cuda), or `lora_sync` / `restart` with "
+                "vllm.gpu_memory_utilization leaving room for the trainer (docs/gpu.md). Remove trl.vllm_mode (the "
+                "plugin sets `server`)."
             )
         if trl.get("use_data_producer") is False:
             raise ValueError(
@@ -366,6 +371,46 @@ def check_cross_keys(data: dict) -> None:
                 "trl.vllm_lora_sync: true is axolotl's built-in LoRA sync; with the grpo_plugin use "
                 "`grpo.sync: lora_sync` instead and remove trl.vllm_lora_sync."
             )
+        problems = trl_problems(trl)
+        if problems:
+            raise ValueError("the grpo_plugin cannot honour these trl: keys (docs/config.md lists every one):\n  - "
+                             + "\n  - ".join(problems))
+
+
+def trl_problems(trl: dict) -> list[str]:
+    """`trl:` keys the plugin would otherwise ignore or break on, each with why and what to use instead (the reasons
+    are data: options.py)."""
+    from axolotl.utils.schemas.trl import TRLConfig
+
+    from grpo_plugin.options import (
+        GENERATION_KWARGS_INSTEAD,
+        LOSS_TYPES,
+        NOT_AXOLOTL_KEYS_INSTEAD,
+        REFUSED_WHEN_SET,
+    )
+    from grpo_plugin.server.client import GENERATE_FIELDS
+
+    known = list(TRLConfig.model_fields)
+    problems = []
+    for key in sorted(set(trl) - set(known), key=str):
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = (f" Instead: {NOT_AXOLOTL_KEYS_INSTEAD[key]}." if key in NOT_AXOLOTL_KEYS_INSTEAD
+                else f" Did you mean trl.{close[0]}?" if close else "")
+        problems.append(f"trl.{key}: not a key of axolotl's `trl:` block, which would drop it silently (TRL's "
+                        f"default would apply).{hint}")
+    for key, (off, why) in REFUSED_WHEN_SET.items():
+        if key in trl and trl[key] not in off:
+            problems.append(f"trl.{key}: {trl[key]!r}: {why}")
+    loss = trl.get("loss_type")
+    if loss is not None and loss not in LOSS_TYPES:
+        problems.append(f"trl.loss_type: {loss!r} is not a loss axolotl's GRPO loss implements (AsyncGRPOTrainer."
+                        f"_compute_loss, which replaces TRL's): {', '.join(LOSS_TYPES)}. The run would stop at its "
+                        "first step (`Unknown loss type`). Use one of those.")
+    extra = trl.get("generation_kwargs")
+    for key in sorted(set(extra) & set(GENERATE_FIELDS) if isinstance(extra, dict) else ()):
+        problems.append(f"trl.generation_kwargs.{key}: the plugin sets `{key}` in every generation request itself "
+                        f"({GENERATION_KWARGS_INSTEAD[key]}). Remove it from trl.generation_kwargs.")
+    return problems
 
 
 def _check_ipc(data: dict) -> None:
