@@ -29,6 +29,7 @@ import requests
 import yaml
 
 from grpo_plugin.server.process import Progress, port_in_use, stop_tree, wait_until
+from grpo_plugin.server.tether import kept
 
 BIN = Path(sys.executable).parent
 
@@ -78,8 +79,10 @@ class Launch:
             self._log_files.append(out)
         env = dict(os.environ)
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # axolotl execs `accelerate` from PATH
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)  # its own group: we stop it, and only it
+        # its own group (we stop it, and only it), kept: the command and every process it starts end with this
+        # launcher, even when it is SIGKILLed
+        proc = subprocess.Popen(kept(cmd), stdout=out, stderr=subprocess.STDOUT if out else None,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         self.procs.append((name, proc))
         _say(f"started {name} (pid {proc.pid}){f', log {log}' if log else ''}")
         return proc
