@@ -117,7 +117,7 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "entropy_coef_max": (REFUSED, _CHECK),
     "entropy_coef_delta": (REFUSED, _CHECK),
     "entropy_target": (REFUSED, _CHECK),
-    "use_liger_loss": (INHERITED, _FAST + "compute_liger_loss"),
+    "use_liger_loss": (INHERITED, "trl.trainer.grpo_trainer.GRPOTrainer.compute_loss"),
     "skip_zero_advantage_batches": (
         WORKS, "grpo_plugin.plugin.GRPOPlugin.register; grpo_plugin.args.check_cross_keys; " + _FAST + "_compute_loss"),
     "vllm_importance_sampling_correction": (
