@@ -127,3 +127,33 @@ def test_bad_policy_announcements_are_refused(base_policy):
     resp = requests.post(f"{base_policy.base_url}/grpo/policy", json={"version": -2}, timeout=10)
     assert resp.status_code == 400 and "integer >= 0" in resp.json()["error"]
     assert requests.get(f"{base_policy.base_url}/grpo/policy", timeout=10).json()["version"] == 0
+
+
+def test_openai_routes_naming_the_base_model_are_served_by_the_announced_adapter(vllm_server, peft_trainer,
+                                                                                 probe_ids, request):
+    """Atropos environments (and their evals) often call /v1/completions or /v1/chat/completions with the base
+    model's name: in lora_sync that must sample the current policy, not the base model."""
+    _, client = vllm_server
+    base = client.base_model()
+    sync = LoraSync(client, adapter_name="t-openai-route")
+    request.addfinalizer(sync.close)
+    request.addfinalizer(lambda: client.set_policy(0, None))
+    client.set_policy(0, None)
+    base_lps = client.prompt_logprobs(probe_ids, model=base)  # no adapter announced: the base model
+    sync.prepare(peft_trainer)
+    perturb_lora(peft_trainer.model, scale=0.2, seed=12)
+    sync.push(0)
+    adapter_lps = client.prompt_logprobs(probe_ids, model=sync.generation_model)
+    assert max(abs(a - b) for a, b in zip(adapter_lps, base_lps)) > 1e-3  # the two really differ
+    client.set_policy(5, sync.generation_model)
+    named_base = client.prompt_logprobs(probe_ids, model=base)
+    assert max(abs(a - b) for a, b in zip(named_base, adapter_lps)) < 1e-5  # the policy, not the base model
+    body = requests.post(f"{client.base_url}/v1/completions", json={"prompt": probe_ids, "max_tokens": 2},
+                         timeout=60).json()  # no model named at all: the policy too
+    assert body["model"] == sync.generation_model, body
+    chat = requests.post(f"{client.base_url}/v1/chat/completions", timeout=60, json={
+        "model": base, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    if chat.status_code == 200:  # the tiny tokenizer may have no chat template; the route is rewritten either way
+        assert chat.json()["model"] == sync.generation_model
+    named_adapter = client.prompt_logprobs(probe_ids, model=sync.generation_model)
+    assert named_adapter == adapter_lps  # a request naming an adapter passes unchanged

@@ -10,6 +10,12 @@
   the trainer announced (in `lora_sync` its adapter), else the base model.
 - `POST /grpo/policy {"version": int, "model": str|null}` / `GET /grpo/policy` — the trainer announces the
   policy version the server now computes with (inside its sync fence) and the model name that serves it.
+- vLLM's OpenAI routes (`/v1/completions`, `/v1/chat/completions`) that name the BASE model while the trainer has
+  announced an adapter (Atropos with `lora_sync`: environments and their evals often name the base model) are
+  served by that adapter: the request's `model` is replaced before vLLM reads it. Without this they sampled the
+  base model (off-policy data), and on vLLM-CPU a batch mixing base-named rows with adapter rows gives the base
+  rows an adapter (rows without a LoRA index slot -1): a mix of base and policy. Requests naming an adapter, or
+  sent while no adapter is announced, pass unchanged.
 - `POST /grpo/policy_versions {"fingerprints": [...]}` → `{"versions": [int|null, ...]}` — which version
   produced each sequence `/generate` returned (serve/ledger.py).
 
@@ -20,6 +26,7 @@ i.e. after temperature, as the trainer scores them.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -45,7 +52,29 @@ async def grpo_routes(request: Request, call_next):
         return await _policy(request) if method == "POST" else JSONResponse(dict(POLICY, ledger_size=len(LEDGER)))
     if path == "/grpo/policy_versions" and method == "POST":
         return await _policy_versions(request)
+    if path in OPENAI_ROUTES and method == "POST" and POLICY["model"] is not None:
+        await _serve_the_policy(request)
     return await call_next(request)
+
+
+OPENAI_ROUTES = ("/v1/completions", "/v1/chat/completions")
+
+
+async def _serve_the_policy(request: Request) -> None:
+    """A request naming the base model is served by the announced adapter: its body's `model` replaced. Starlette
+    replays a body the middleware has read (`request._body`) to vLLM's handler; anything not a JSON object naming
+    a base model is left for vLLM to answer."""
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return
+    if not isinstance(body, dict):
+        return
+    name, served = body.get("model"), _served(request)
+    if name is None or (isinstance(name, str) and name in served and served[name] is None):  # the base model
+        body["model"] = POLICY["model"]
+        request._body = json.dumps(body).encode()
 
 
 async def _json_body(request: Request) -> dict | JSONResponse:
