@@ -64,6 +64,9 @@ def env_command(module: str, cfg: dict, settings, args: list[str]) -> list[str]:
     return cmd + list(args)
 
 
+MAX_RESTARTS = 3  # per process the launcher restarts
+
+
 class Launch:
     def __init__(self, config: Path, cfg: dict, settings, train_args: list[str]):
         self.config, self.cfg, self.settings, self.train_args = config, cfg, settings, train_args
@@ -71,8 +74,12 @@ class Launch:
         self.procs: list[tuple[str, subprocess.Popen]] = []  # (name, process), in start order
         self.trainer: subprocess.Popen | None = None
         self._log_files = []
+        self.restartable: dict[int, tuple] = {}  # pid -> (name, how to start it again, log)
+        self.restarts: dict[str, int] = {}  # name -> times started again
 
-    def _start(self, name: str, cmd: list[str], log: Path | None) -> subprocess.Popen:
+    def _start(self, name: str, cmd: list[str], log: Path | None, *, again=None) -> subprocess.Popen:
+        """Start `cmd` (its output appended to `log`). `again()`: what `_watch` calls when it ends (the run-api
+        and the server this launcher started are started again: the trainer recovers from their loss)."""
         out = None
         if log is not None:
             out = log.open("ab")
@@ -84,6 +91,8 @@ class Launch:
         proc = subprocess.Popen(kept(cmd), stdout=out, stderr=subprocess.STDOUT if out else None,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         self.procs.append((name, proc))
+        if again is not None:
+            self.restartable[proc.pid] = (name, again, log)
         _say(f"started {name} (pid {proc.pid}){f', log {log}' if log else ''}")
         return proc
 
@@ -99,9 +108,24 @@ class Launch:
         if port_in_use(api.hostname, api.port):
             raise LaunchError(f"port {api.port} (grpo.atropos.url {self.settings.url}) is already in use. Stop "
                               "that program yourself, or change grpo.atropos.url. Nothing was killed.")
+        self._start_run_api()
+        grpo = self.cfg.get("grpo") or {}
+        if not grpo.get("managed_server"):
+            self._start_server()
+        self.trainer = self._start("trainer (axolotl train)",
+                                   [str(BIN / "axolotl"), "train", str(self.config), *self.train_args], None)
+        if not self._wait_registered():
+            return self.trainer.wait()
+        self._start_envs()
+        if not self.settings.envs:
+            _say("grpo.atropos.envs is empty: start your environments yourself now")
+        return self._watch()
+
+    def _start_run_api(self) -> None:
+        api = urlparse(self.settings.url)
         log = self.logs / "run_api.log"
         run_api = self._start("Atropos run-api", [str(BIN / "run-api"), "--host", api.hostname, "--port",
-                                                  str(api.port)], log)
+                                                  str(api.port)], log, again=self._run_api_again)
 
         def api_up() -> bool:
             self._alive_or_fail("the run-api", run_api, log)
@@ -114,19 +138,20 @@ class Launch:
                       ready="ready", poll=0.5) is None:
             raise LaunchError(f"the run-api did not answer within 120 s; the end of {log}:\n{_tail(log)}")
 
-        grpo = self.cfg.get("grpo") or {}
-        if not grpo.get("managed_server"):
-            self._start_server()
-        self.trainer = self._start("trainer (axolotl train)",
-                                   [str(BIN / "axolotl"), "train", str(self.config), *self.train_args], None)
-        if not self._wait_registered():
-            return self.trainer.wait()
+    def _run_api_again(self) -> None:
+        """A fresh run-api knows neither the trainer nor the environments: the trainer registers again by itself
+        (its fetcher), the environments are started again after it."""
+        self._start_run_api()
+        if self._wait_registered():
+            for name, proc in [x for x in self.procs if x[0].startswith("environment")]:
+                stop_tree(proc, timeout=30)
+                self.procs.remove((name, proc))
+            self._start_envs()
+
+    def _start_envs(self) -> None:
         for i, env in enumerate(self.settings.envs):
             self._start(f"environment {i} ({env.module})", env_command(env.module, self.cfg, self.settings, env.args),
                         self.logs / f"env_{i}.log")
-        if not self.settings.envs:
-            _say("grpo.atropos.envs is empty: start your environments yourself now")
-        return self._watch()
 
     def _start_server(self) -> None:
         vllm = self.cfg.get("vllm") or {}
@@ -136,7 +161,7 @@ class Launch:
                               "vllm.port. Nothing was killed.")
         log = self.logs / "vllm_serve.log"
         proc = self._start("vLLM server (axolotl vllm-serve)", [str(BIN / "axolotl"), "vllm-serve",
-                                                                 str(self.config)], log)
+                                                                 str(self.config)], log, again=self._start_server)
         base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
 
         def healthy() -> bool:
@@ -175,16 +200,35 @@ class Launch:
             return False
         return True
 
-    def _watch(self) -> int:
-        envs = [(name, p, self.logs / f"env_{i}.log") for i, (name, p) in
-                enumerate(x for x in self.procs if x[0].startswith("environment"))]
+    def _watch(self, poll: float = 1.0) -> int:
+        """Until the trainer ends: an environment that crashes ends the launch (with its log's end); the run-api
+        or the server this launcher started is started again when it ends (up to MAX_RESTARTS times each; the
+        trainer re-registers with a fresh run-api and waits for its server to come back, as after a user's
+        restart)."""
         while self.trainer.poll() is None:
-            for name, proc, log in envs:
+            envs = [(name, p) for name, p in self.procs if name.startswith("environment")]
+            for i, (name, proc) in enumerate(envs):
                 code = proc.poll()
                 if code not in (None, 0):
+                    log = self.logs / f"env_{i}.log"
                     raise LaunchError(f"{name} crashed (exit code {code}); the end of {log}:\n{_tail(log)}")
-            time.sleep(1.0)
+            for _, proc in list(self.procs):
+                if proc.pid in self.restartable and proc.poll() is not None:
+                    self._restart(proc)
+            time.sleep(poll)
         return self.trainer.returncode
+
+    def _restart(self, proc: subprocess.Popen) -> None:
+        name, again, log = self.restartable.pop(proc.pid)
+        done = self.restarts.get(name, 0)
+        if done >= MAX_RESTARTS:
+            raise LaunchError(f"{name} ended (exit code {proc.returncode}) and was already started again {done} "
+                              f"times" + (f"; the end of {log}:\n{_tail(log)}" if log else ""))
+        self.restarts[name] = done + 1
+        _say(f"{name} (pid {proc.pid}) ended with exit code {proc.returncode}; starting it again "
+             f"({done + 1}/{MAX_RESTARTS})" + (f"; the end of {log}:\n{_tail(log, 10)}" if log else ""))
+        self.procs.remove((name, proc))
+        again()
 
     def stop_all(self) -> None:
         """Stop everything we started, the trainer first, in reverse start order."""
