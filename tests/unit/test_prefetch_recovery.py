@@ -4,7 +4,6 @@ The inner producer and the guard are stand-ins (the faults are injected there); 
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -44,12 +43,6 @@ class _Guard:
         self.outages.append(why)
 
 
-def _with_trainer(inner, guard):
-    """The inner producer as axolotl's set_trainer leaves it: it reaches the trainer, and so its guard."""
-    inner._trainer = SimpleNamespace(guard=guard)
-    return inner
-
-
 def _steps(producer, n):
     out = []
     for step in range(n):
@@ -62,14 +55,14 @@ def _steps(producer, n):
 
 def test_a_rollout_lost_with_its_server_is_recovered_on_the_main_thread_and_produced_again():
     inner, guard = _Inner(fail_steps={2}, error=ConnectionError("boom")), _Guard(lost=True)
-    assert _steps(PrefetchingProducer(_with_trainer(inner, guard)), 4) == [0, 1, 2, 3]  # each step its own rollout
+    assert _steps(PrefetchingProducer(inner, guard=guard), 4) == [0, 1, 2, 3]  # each step its own rollout
     assert guard.recovered == 1
     assert (2, True) in inner.calls  # step 2 produced again on the main thread, after the recovery
 
 
 def test_a_failure_from_before_a_recovery_is_stale_not_an_error():
     inner, guard = _Inner(fail_steps={2}, error=ConnectionError("old server")), _Guard(lost=False)
-    producer = PrefetchingProducer(_with_trainer(inner, guard))
+    producer = PrefetchingProducer(inner, guard=guard)
     assert [int(producer.produce(None, s)._data["x"][0]) for s in (0, 1)] == [0, 1]
     guard.outages.append("a push recovered the server meanwhile")  # the main thread's own recovery
     assert int(producer.produce(None, 2)._data["x"][0]) == 2
@@ -80,5 +73,5 @@ def test_a_failure_from_before_a_recovery_is_stale_not_an_error():
 def test_a_real_error_with_a_healthy_server_is_raised():
     inner, guard = _Inner(fail_steps={2}, error=ValueError("bad rollout")), _Guard(lost=False)
     with pytest.raises(ValueError, match="bad rollout"):
-        _steps(PrefetchingProducer(_with_trainer(inner, guard)), 4)
+        _steps(PrefetchingProducer(inner, guard=guard), 4)
     assert guard.recovered == 0

@@ -31,6 +31,8 @@ from grpo_plugin.atropos.api import AtroposAPI, AtroposError, BatchReply
 from grpo_plugin.atropos.fetcher import BatchFetcher
 from grpo_plugin.atropos.group_tensors import TensorBatch, tensorize, warm_up
 from grpo_plugin.atropos.spool import Spool
+from grpo_plugin.producers.rollout import ROLLOUT_KEY, TEMPERATURES, AtroposBatch, PolicyLag, Rollout
+from grpo_plugin.producers.spec import GenerationSpec
 
 
 def env_score(prompts=None, completions=None, atropos_score=None, **kwargs) -> list[float | None]:
@@ -72,11 +74,10 @@ class PreparedBatch:
 
 
 class AtroposProducer(BaseDataProducer):
-    def __init__(self, config, *, settings, trainer, on_rollout=None):
+    def __init__(self, config, *, settings, args, spec: GenerationSpec):
+        """`settings`: grpo.atropos; `args`: the trainer's TrainingArguments (batch sizes, checkpoints, steps)."""
         super().__init__(config)
-        self.settings = settings
-        self.trainer = trainer
-        self.on_rollout = on_rollout
+        self.settings, self.args, self.spec = settings, args, spec
         self.api = AtroposAPI(settings.url, timeout=settings.request_timeout)
         self.fetcher: BatchFetcher | None = None
         self.spool: Spool | None = None
@@ -101,23 +102,22 @@ class AtroposProducer(BaseDataProducer):
         if not self._saving:  # no checkpoint will ever cover it: nothing to resume from
             self.spool.release(global_step + self.spool.span)
         wait_ms = (time.perf_counter() - t0) * 1e3
-        output = self._rollout(item)
-        if self.on_rollout is not None:
-            self.on_rollout(wait_ms, **self._lag(item, global_step), atropos_batch=item.seq,
-                            atropos_groups=item.tensors.num_groups, atropos_rejected_groups=rejected,
-                            atropos_padding_rows=output["_atropos_padding_rows"],
-                            atropos_queued=self.fetcher.queued)
+        output, advantages = self._rollout(item)
+        real_rows = item.tensors.num_sequences
+        output[ROLLOUT_KEY] = Rollout(
+            wait_ms=wait_ms, advantages=advantages, real_rows=real_rows, lag=self._lag(item, global_step),
+            batch=AtroposBatch(seq=item.seq, groups=item.tensors.num_groups, rejected_groups=rejected,
+                               padding_rows=self.local_batch - real_rows, queued=self.fetcher.queued))
         return RolloutDataset(output)
 
     # ---- start-up -------------------------------------------------------------------------------
     def _start(self, global_step: int) -> None:
-        tr = self.trainer
-        args = tr.args
-        if tr.accelerator.num_processes > 1:
-            raise ValueError(f"grpo.atropos: this run has {tr.accelerator.num_processes} trainer processes; the "
+        spec, args = self.spec, self.args
+        if spec.num_processes > 1:
+            raise ValueError(f"grpo.atropos: this run has {spec.num_processes} trainer processes; the "
                              "Atropos producer supports one trainer process in this version.")
         self.local_batch = args.per_device_train_batch_size * args.steps_per_generation
-        self.global_batch = self.local_batch * tr.accelerator.num_processes
+        self.global_batch = self.local_batch * spec.num_processes
         span = max(1, (args.steps_per_generation * args.num_iterations) // args.gradient_accumulation_steps)
         self._saving = str(getattr(args.save_strategy, "value", args.save_strategy)) != "no"
         root = self.settings.spool_dir or str(Path(args.output_dir) / "atropos_spool")
@@ -145,28 +145,23 @@ class AtroposProducer(BaseDataProducer):
             _say(f"resuming at step {global_step}: {len(replay)} spooled batch(es) are trained first "
                  f"(from {root}), then new ones from the run-api")
         self._register(global_step + len(replay))
-        tok = tr.processing_class
-        self._tokenizer = tok
-        unwrapped = tr.accelerator.unwrap_model(tr.model)
-        self._vocab = unwrapped.get_input_embeddings().num_embeddings
         from grpo_plugin.args import loaded_cfg
 
         self._max_len = self.settings.max_token_len or int(loaded_cfg().get("sequence_len") or 2048)
-        scale = getattr(tr, "scale_rewards", "group")
-        self._scale = {True: "group", False: "none"}.get(scale, scale)
-        self._temperature = float(tr.temperature or 1.0)
+        self._scale = {True: "group", False: "none"}.get(spec.scale_rewards, spec.scale_rewards)
+        self._temperature = float(spec.temperature or 1.0)
         from grpo_plugin.server.client import VLLMServerClient
 
-        self._version_client = VLLMServerClient(tr.vllm_server.base_url, timeout=30)
+        self._version_client = VLLMServerClient(spec.client.base_url, timeout=30)
         self.fetcher = BatchFetcher(
             self.api, self.spool, self._prepare, capacity=self.settings.prefetch, batch_size=self.global_batch,
             poll_interval=self.settings.poll_interval, max_backoff=self.settings.max_backoff,
-            meta=self._fetch_meta, reregister=lambda: self._register(tr.state.global_step), warm_up=warm_up)
+            meta=self._fetch_meta, reregister=lambda: self._register(spec.step()), warm_up=warm_up)
         self.fetcher.start(replay)
-        tr.add_callback(_SpoolRelease(self))
+        spec.add_callback(_SpoolRelease(self))
 
     def _register(self, starting_step: int) -> None:
-        args = self.trainer.args
+        args = self.args
         from grpo_plugin.args import loaded_cfg
 
         cfg = loaded_cfg()
@@ -186,8 +181,7 @@ class AtroposProducer(BaseDataProducer):
 
     # ---- the fetcher thread's work --------------------------------------------------------------
     def _fetch_meta(self) -> dict:
-        tr = self.trainer
-        return {"fetch_step": int(tr.state.global_step), "synced_version": tr._synced_version}
+        return {"fetch_step": int(self.spec.step()), "synced_version": self.spec.synced_version()}
 
     def _lookup_versions(self, fingerprints: list[str]) -> list[int | None]:
         """The policy version that generated each sequence, from the server's ledger (None: unknown)."""
@@ -203,22 +197,23 @@ class AtroposProducer(BaseDataProducer):
             return [None] * len(fingerprints)
 
     def _prepare(self, seq: int, meta: dict, reply: BatchReply) -> PreparedBatch:
-        t = tensorize(reply.groups, pad_token_id=self.trainer.pad_token_id,
-                      vocab_size=self._vocab, max_len=self._max_len, scale_rewards=self._scale,
+        t = tensorize(reply.groups, pad_token_id=self.spec.pad_token_id,
+                      vocab_size=self.spec.vocab_size, max_len=self._max_len, scale_rewards=self._scale,
                       default_temperature=self._temperature)
         for r in t.rejections:
             _say(f"batch {seq}: rejected {r} — the rest of the batch trains")
         versions = self._lookup_versions(t.fingerprints())
         completion_ids = [row[:n].tolist() for row, n in zip(t.completion_ids, t.completion_lengths.tolist())]
         prompt_ids = [row[m.bool()].tolist() for row, m in zip(t.prompt_ids, t.prompt_mask)]
-        tok = self._tokenizer
+        tok = self.spec.tokenizer
         return PreparedBatch(seq=seq, meta=meta, tensors=t, versions=versions,
                              prompts=tok.batch_decode(prompt_ids, skip_special_tokens=True),
                              completions=tok.batch_decode(completion_ids, skip_special_tokens=True),
                              completion_ids=completion_ids, groups_received=len(reply.groups))
 
     # ---- the rollout axolotl trains on ------------------------------------------------------------
-    def _rollout(self, item: PreparedBatch) -> dict[str, Any]:
+    def _rollout(self, item: PreparedBatch) -> tuple[dict[str, Any], torch.Tensor]:
+        """The rollout dict axolotl scores, and this producer's advantages of its rows."""
         t = item.tensors
         S, B = t.num_sequences, self.local_batch
         if S > B:
@@ -229,7 +224,7 @@ class AtroposProducer(BaseDataProducer):
         # advantage 0, no score), so axolotl's per-step split keeps every real row.
         idx = torch.arange(B) % S
         real = torch.arange(B) < S
-        device = self.trainer.accelerator.device
+        device = self.spec.device
         cmask = t.completion_mask[idx] * real.unsqueeze(1).long()
         adv = t.advantages[idx] * (real.view(-1, *([1] * (t.advantages.dim() - 1)))).float()
         scores = [float(x) for x in t.scores.tolist()] + [None] * (B - S)
@@ -241,9 +236,8 @@ class AtroposProducer(BaseDataProducer):
             "completion_ids": t.completion_ids[idx].to(device),
             "completion_mask": cmask.to(device),
             "sampling_per_token_logps": t.sampling_logps[idx].to(device),
-            "advantages": torch.zeros(B, device=device),  # axolotl's, from env_score; replaced by ours below
-            "atropos_advantages": adv.to(device),
-            "temperatures": t.temperatures[idx].to(device),
+            "advantages": torch.zeros(B, device=device),  # axolotl's, from env_score; replaced by ours (Rollout)
+            TEMPERATURES: t.temperatures[idx].to(device),
             "num_items_in_batch": cmask.sum().to(device),
             # deferred scoring: axolotl computes policy logprobs, the IS ratio and the reward metrics
             "_pending_policy_logps": True,
@@ -252,30 +246,28 @@ class AtroposProducer(BaseDataProducer):
             "_deferred_completions": completions,
             "_deferred_completion_ids_list": [item.completion_ids[i] for i in idx.tolist()],
             "_rank0_only": False,
-            "_atropos_real_rows": S,
-            "_atropos_padding_rows": B - S,
-        }
+        }, adv.to(device)
 
     @staticmethod
-    def _lag(item: PreparedBatch, step: int) -> dict:
+    def _lag(item: PreparedBatch, step: int) -> PolicyLag:
         """Optimizer steps between the weights that generated the batch and the weights it trains: from the
         server's ledger when it knows the sequences, else a lower bound from the weights the server held when
         the batch was fetched. A sequence generated by weights newer than `step` (from before a resume to an
         earlier checkpoint) has no meaningful lag and is left out."""
         known = [step - v for v in item.versions if v is not None and v <= step]
         if known:
-            return {"policy_lag": max(known), "policy_lag_mean": round(statistics.fmean(known), 3),
-                    "policy_lag_source": "ledger"}
+            return PolicyLag(max=max(known), mean=round(statistics.fmean(known), 3), source="ledger")
         synced = item.meta.get("synced_version")
         lag = step - synced if synced is not None and synced <= step else None
-        return {"policy_lag": lag, "policy_lag_mean": lag, "policy_lag_source": "fetch_lower_bound"}
+        return PolicyLag(max=lag, mean=lag, source="fetch_lower_bound")
 
     # ---- checkpoints and the end ----------------------------------------------------------------
     def on_checkpoint(self, global_step: int) -> None:
         if self.spool is not None:
             self.spool.release(global_step)
 
-    def close(self) -> None:
+    def shutdown(self) -> None:
+        """The run is over: the fetcher stops (what it fetched and nothing trained stays in the spool)."""
         if self.fetcher is None:
             return
         self.fetcher.stop()

@@ -20,14 +20,11 @@ from axolotl.core.trainers.grpo.async_trainer import AsyncDataProducer
 
 
 class PrefetchingProducer(AsyncDataProducer):
-    def __init__(self, inner, *, background_produce_kwargs: dict | None = None):
+    def __init__(self, inner, *, guard, background_produce_kwargs: dict | None = None):
+        """`guard`: the run's ServerGuard (server/recovery.py), which recovers a lost server on the main thread."""
         super().__init__(inner, background_produce_kwargs=background_produce_kwargs)
+        self.guard = guard
         self._outages_seen = 0
-
-    @property
-    def guard(self):
-        """The trainer's ServerGuard, as the inner producer reaches it (axolotl's `set_trainer`)."""
-        return self._inner._trainer.guard
 
     def produce(self, model, global_step: int, **kwargs):
         t0 = time.perf_counter()
@@ -42,7 +39,7 @@ class PrefetchingProducer(AsyncDataProducer):
             stale = why is None and len(self.guard.outages) > self._outages_seen
             if why is None and not stale:
                 raise
-            self._drop_queue()
+            self.drop_queue()
             if why is not None:
                 self.guard.recover("rollout", why)
             dataset = super().produce(model, global_step, **kwargs)  # this step synchronously, then prefetch again
@@ -50,7 +47,7 @@ class PrefetchingProducer(AsyncDataProducer):
         dataset._data["_grpo_wait_ms"] = (time.perf_counter() - t0) * 1e3
         return dataset
 
-    def _drop_queue(self) -> None:
+    def drop_queue(self) -> None:
         """Forget the queued rollouts; wait for the one being generated (its lease must end before a restore
         writes weights) — on a lost server it fails fast or is abandoned by the client's watch."""
         queued, self._queue = list(self._queue), type(self._queue)()

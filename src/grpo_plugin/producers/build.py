@@ -1,0 +1,58 @@
+"""Which data producer a run gets, and stopping it at the end.
+
+- `grpo.atropos` set: `AtroposProducer` (pre-scored groups from the run-api; its fetcher already runs in the
+  background, `grpo.atropos.prefetch`);
+- otherwise `LocalRolloutProducer` (generation on the vLLM server), wrapped in `PrefetchingProducer` with
+  `trl.async_prefetch` (axolotl's background producer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from axolotl.core.trainers.grpo.async_trainer import ProducerConfig
+
+from grpo_plugin.producers.atropos import AtroposProducer
+from grpo_plugin.producers.local import LocalRolloutProducer
+from grpo_plugin.producers.prefetch import PrefetchingProducer
+from grpo_plugin.producers.spec import GenerationSpec
+
+LAG_WAIT_S = 1800.0  # longest a rollout waits for the version grpo.max_policy_lag needs (a push that never comes)
+
+
+def build_producer(args, train_dataset, settings, spec: GenerationSpec, *, host):
+    """`args`: the trainer's TrainingArguments; `settings`: grpo; `host`: the trainer, which axolotl's prompt
+    sampler reads (rank, collator, dataloader settings: `GRPODataProducer.set_trainer`)."""
+    config = ProducerConfig(
+        mini_epochs=args.num_iterations, max_rollouts=None, eval_during_produce=False,
+        empty_cache_before_produce=False, empty_cache_after_produce=False,
+        async_prefetch=bool(args.async_prefetch), prefetch_depth=args.prefetch_depth,
+    )
+    if settings.atropos is not None:
+        return AtroposProducer(config, settings=settings.atropos, args=args, spec=spec)
+    producer = LocalRolloutProducer(
+        config=config,
+        prompt_dataset=train_dataset,
+        num_generations=spec.num_generations,
+        generation_batch_size=args.generation_batch_size,
+        train_batch_size=args.per_device_train_batch_size,
+        steps_per_generation=args.steps_per_generation,
+        shuffle_dataset=spec.shuffle_dataset,
+        seed=args.seed,
+        client=spec.client,
+        gate=spec.gate,
+        max_policy_lag=settings.policy_lag_bound,
+        lag_timeout=LAG_WAIT_S,
+    )
+    producer.set_trainer(host)
+    if args.async_prefetch:
+        return PrefetchingProducer(producer, guard=spec.guard, background_produce_kwargs={"skip_policy_logps": True})
+    return producer
+
+
+def stop(producer) -> None:
+    """The run is over: what produces in the background stops (no prefetched rollout outlives the run; the Atropos
+    fetcher stops and says what stays spooled)."""
+    if isinstance(producer, (PrefetchingProducer, AtroposProducer)):
+        with contextlib.suppress(Exception):
+            producer.shutdown()

@@ -1,0 +1,83 @@
+"""What a producer tells the trainer about one rollout besides its tensors: one typed record under one key.
+
+Every `produce()` puts a `Rollout` in the rollout dict under `ROLLOUT_KEY`. The trainer takes it on its main thread
+when it scores the rollout (trainer.py `_compute_deferred_scores`): the step recorder (recorder.py) counts its
+timings, policy version and server rows; the producer's own advantages, when it has them (Atropos), replace the ones
+axolotl derives from the rewards (`_post_advantage_hook`). The key starts with "_", so axolotl's micro-batches never
+carry it (its streaming split skips such keys; the trainer removes it after scoring).
+
+Per-row values stay tensors in the rollout dict itself (e.g. `temperatures`, each sequence's sampling temperature):
+axolotl shuffles and splits the rows into micro-batches, and they must follow their rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+ROLLOUT_KEY = "_grpo_rollout"
+# producers/local.py still writes its record as these four keys (its generation options are being reworked beside
+# this); `record_of` makes them the record
+_LOCAL_KEYS = ("_grpo_wait_ms", "_grpo_generate_ms", "_grpo_policy_version", "_grpo_server_rows")
+TEMPERATURES = "temperatures"  # per-row sampling temperatures (Atropos): each row is scored at its own
+
+
+@dataclass(frozen=True)
+class PolicyLag:
+    """Optimizer steps between the weights that generated a rollout and the weights it trains, as the producer
+    knows them (Atropos: from the server's ledger, or a lower bound from when the batch was fetched)."""
+
+    max: int | None
+    mean: float | None
+    source: str  # "ledger" | "fetch_lower_bound"
+
+
+@dataclass(frozen=True)
+class AtroposBatch:
+    """Which run-api batch a rollout is, and what became of its groups."""
+
+    seq: int
+    groups: int  # groups kept
+    rejected_groups: int  # groups refused (this batch, and batches skipped because every group was refused)
+    padding_rows: int  # rows added to fill the step's batch; they train nothing
+    queued: int  # batches fetched and waiting
+
+
+@dataclass
+class Rollout:
+    wait_ms: float  # how long the trainer waited for it (a prefetched rollout: the wait, not the generation)
+    generate_ms: float = 0.0  # how long generating it took (overlapped with training when prefetched)
+    policy_version: int | None = None  # the weights that sampled it (None: the producer does not know)
+    server_rows: list[int] | None = None  # completions each server sampled (several servers)
+    advantages: torch.Tensor | None = None  # the producer's own advantages (Atropos); None: axolotl's
+    real_rows: int | None = None  # rows with a score, before the padding rows (Atropos)
+    lag: PolicyLag | None = None
+    batch: AtroposBatch | None = None
+
+    def step_fields(self) -> dict:
+        """What this rollout adds to its step's metrics record (grpo_metrics.jsonl)."""
+        out: dict = {}
+        if self.lag is not None:
+            out.update(policy_lag=self.lag.max, policy_lag_mean=self.lag.mean, policy_lag_source=self.lag.source)
+        if self.batch is not None:
+            out.update(atropos_batch=self.batch.seq, atropos_groups=self.batch.groups,
+                       atropos_rejected_groups=self.batch.rejected_groups,
+                       atropos_padding_rows=self.batch.padding_rows, atropos_queued=self.batch.queued)
+        return out
+
+    def scored_rewards(self, data: dict, rewards: torch.Tensor) -> torch.Tensor:
+        """After axolotl computed its advantages (`data["advantages"]`): the producer's own replace them, and the
+        rewards of the real rows are returned (padding rows have no score)."""
+        if self.advantages is None:
+            return rewards
+        data["advantages"] = self.advantages
+        return rewards[: self.real_rows]
+
+
+def record_of(data: dict) -> Rollout:
+    """The rollout's record, kept in `data` under ROLLOUT_KEY (made from producers/local.py's four keys)."""
+    if ROLLOUT_KEY not in data:
+        wait_ms, generate_ms, version, rows = (data.pop(k, None) for k in _LOCAL_KEYS)
+        data[ROLLOUT_KEY] = Rollout(wait_ms=wait_ms, generate_ms=generate_ms, policy_version=version, server_rows=rows)
+    return data[ROLLOUT_KEY]

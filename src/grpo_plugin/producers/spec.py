@@ -1,0 +1,30 @@
+"""What the trainer gives its data producer once, when it builds it (trainer.py `_create_data_producer`), so that a
+producer never reads the trainer: the server and who may use it, the tokenizer, the sampling settings, the rank
+facts, and the few live values a producer asks for while the run goes on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    client: Any  # the vLLM server(s) the trainer talks to (server/connect.py)
+    gate: Any  # which weights the server generates with; rollouts lease a version (sync/gate.py)
+    guard: Any  # a call that loses the server recovers it, on the main thread (server/recovery.py)
+    tokenizer: Any  # the trainer's processing class: decodes what was sampled
+    pad_token_id: int
+    num_generations: int  # completions per prompt (a group)
+    temperature: float | None  # the sampling temperature (TRL's `temperature`)
+    shuffle_dataset: bool  # prompts in shuffled order
+    scale_rewards: Any  # how group advantages are scaled (TRL's `scale_rewards`: "group", "batch", "none", or a bool)
+    vocab_size: int  # rows of the model's input embedding
+    device: torch.device  # where the rollout's tensors go
+    num_processes: int  # trainer ranks
+    step: Callable[[], int]  # the trainer's global step, now
+    synced_version: Callable[[], int | None]  # the version the server holds, now (sync/session.py)
+    add_callback: Callable[[Any], None]  # hooks the training loop (a transformers TrainerCallback)

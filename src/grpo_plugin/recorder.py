@@ -1,0 +1,197 @@
+"""The step recorder: what happened during each optimizer step, as one line of `<output_dir>/grpo_metrics.jsonl`
+(the contract in DESIGN.md; metrics.py writes the file, summarises and plots), and the run summary at the end.
+
+The trainer tells the recorder, on its main thread, as things happen:
+- `synced(result)`: the weight sync done for this step (sync/session.py), or None;
+- `took(rollout, synced_version)`: a rollout is taken for training (its record: producers/rollout.py);
+- `scored(rewards)`: the rewards of the rollout's real rows;
+- `add_loss(value)`: the loss of each micro-batch.
+`StepMetricsCallback` closes each step's record at `on_step_end` and writes the summary at `on_train_end`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from transformers import TrainerCallback
+
+from grpo_plugin.args import loaded_cfg
+from grpo_plugin.metrics import MetricsWriter, listening_pid, optimizer_name, rss_mb, server_summary, summarize
+from grpo_plugin.server import managed
+from grpo_plugin.server.group import replicas_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
+    from grpo_plugin.args import GRPOSettings
+    from grpo_plugin.producers.rollout import Rollout
+    from grpo_plugin.sync.base import SyncResult
+    from grpo_plugin.sync.session import SyncSession
+
+
+@dataclass
+class _Step:
+    """What one optimizer step gathers (a fresh one per step)."""
+
+    sync: SyncResult | None = None
+    rollout_ms: float = 0.0  # the trainer's wait for rollouts
+    generate_ms: float = 0.0  # generating them
+    server_rows: list[int] | None = None  # completions each server sampled, summed over the step's rollouts
+    rollout_fields: dict = field(default_factory=dict)  # the last rollout's own fields (Atropos: batch, lag)
+    losses: list[float] = field(default_factory=list)
+
+
+class StepRecorder:
+    def __init__(self):
+        self.step = _Step()
+        # kept across steps: a step trained on an earlier rollout's micro-batches reports that rollout's figures
+        self.rollout_version: int | None = None  # the policy version that sampled the last rollout taken
+        self.reward_stats: tuple[float, float] | None = None  # (mean, std) of the last rollout scored
+        self.last: dict | None = None  # the last step's record
+
+    def synced(self, result: SyncResult | None) -> None:
+        self.step.sync = result
+
+    def took(self, rollout: Rollout, synced_version: int | None) -> None:
+        """`synced_version`: what the server held when the rollout was taken (its version when the producer does
+        not know it: Atropos reports its own policy lag instead)."""
+        step = self.step
+        step.rollout_ms += rollout.wait_ms
+        step.generate_ms += rollout.generate_ms
+        self.rollout_version = synced_version if rollout.policy_version is None else rollout.policy_version
+        rows = rollout.server_rows
+        if rows:
+            step.server_rows = [a + b for a, b in zip(step.server_rows or [0] * len(rows), rows)]
+        step.rollout_fields = rollout.step_fields()
+
+    def scored(self, rewards: torch.Tensor) -> None:
+        self.reward_stats = (rewards.mean().item(), rewards.std().item() if rewards.numel() > 1 else 0.0)
+
+    def add_loss(self, value: float) -> None:
+        self.step.losses.append(value)
+
+    def record(self, step: int, step_ms: float, *, mode: str, outages: list[dict]) -> dict:
+        """Close the step: its record (and a fresh tally for the next one). `outages`: the server outages
+        recovered during the step (server/recovery.py)."""
+        s, self.step = self.step, _Step()
+        sync = s.sync
+        reward_mean, reward_std = self.reward_stats or (None, None)
+        rec = {
+            "step": step,
+            "reward_mean": reward_mean,
+            "reward_std": reward_std,
+            "loss": sum(s.losses) / len(s.losses) if s.losses else None,
+            "sync_mode": mode,
+            "sync_ms": round(sync.sync_ms, 3) if sync else 0.0,
+            "sync_logprob_diff": sync.logprob_diff if sync else None,
+            "rollout_ms": round(s.rollout_ms, 3),  # the trainer's wait for rollouts
+            "generate_ms": round(s.generate_ms, 3),  # generating them (overlapped when prefetched)
+            "step_ms": round(step_ms, 3),
+            "policy_lag": (step - 1 - self.rollout_version) if self.rollout_version is not None else None,
+            "trainer_rss_mb": round(rss_mb(), 1),
+            "verify_ms": round(sync.verify_ms, 3) if sync else 0.0,
+            "sync_pushed": bool(sync and sync.pushed),
+            "server_rows": s.server_rows,  # completions sampled by each server
+            # each server's probe |Δlogp| (one entry per server)
+            "sync_server_diffs": (sync.server_diffs or [sync.logprob_diff]) if sync and sync.logprob_diff is not None
+            else None,
+        }
+        rec["server_outages"] = len(outages)
+        rec["server_down_s"] = round(sum(o["down_s"] for o in outages), 3)
+        if outages:
+            rec["server_outage_detail"] = outages
+        rec.update(s.rollout_fields)  # Atropos: policy_lag from the ledger, batch, rejected groups
+        self.last = rec
+        return rec
+
+    def log_fields(self) -> dict:
+        """The sync figures shown next to axolotl's reward and loss in the per-step log (and wandb etc.)."""
+        rec = self.last
+        if rec is None:
+            return {}
+        out = {"grpo/sync_ms": rec["sync_ms"]}
+        if rec["sync_logprob_diff"] is not None:
+            out["grpo/sync_logprob_diff"] = rec["sync_logprob_diff"]
+        out["grpo/rollout_ms"] = rec["rollout_ms"]
+        out["grpo/policy_lag"] = rec["policy_lag"]
+        if "atropos_rejected_groups" in rec:
+            out["grpo/atropos_rejected_groups"] = rec["atropos_rejected_groups"]
+        return out
+
+
+class StepMetricsCallback(TrainerCallback):
+    """Times each step, closes its record, writes it (rank 0, `grpo.metrics`), and the summary at the end."""
+
+    def __init__(self, recorder: StepRecorder, session: SyncSession, settings: GRPOSettings, *, output_dir: str,
+                 write: bool, model: Callable[[], object], optimizer: Callable[[], object]):
+        """`write`: this process writes the metrics (rank 0, metrics on). `model()` and `optimizer()`: the
+        trainer's, named in the summary at the end."""
+        self.recorder, self.session, self.settings = recorder, session, settings
+        self.writer = MetricsWriter(output_dir) if write else None
+        self.model, self.optimizer = model, optimizer
+        self._t0 = 0.0
+        self._server_peak = 0.0
+        self._unmanaged_pids: list[int] | None = None
+
+    def _server_pids(self) -> list[int]:
+        """The server processes whose memory the summary reports: ours if managed, else the ports' listeners."""
+        procs = managed.servers()
+        if procs:
+            return [p.pid for p in procs if p.pid]
+        if self._unmanaged_pids is None:
+            ports = [urlparse(c.base_url).port for c in replicas_of(self.session.client)]
+            self._unmanaged_pids = [pid for pid in (listening_pid(p) for p in ports if p) if pid]
+        return self._unmanaged_pids
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._t0 = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        rec = self.recorder.record(state.global_step, (time.perf_counter() - self._t0) * 1e3,
+                                   mode=self.session.mode, outages=self.session.guard.new_outages())
+        pids = self._server_pids()
+        if pids:  # RSS summed over the servers (with ipc the shared file counts once per server)
+            self._server_peak = max(self._server_peak, sum(rss_mb(pid, tree=True) for pid in pids))
+        if self.writer is not None:
+            self.writer.write(rec)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.writer is None:
+            return
+        tolerance = self.session.tolerance if self.settings.verify_sync else None
+        records = self.writer.records
+        summary = summarize(
+            records, mode=self.session.mode, tolerance=tolerance,
+            model=str(loaded_cfg().get("base_model") or getattr(self.model(), "name_or_path", "")),
+            server_peak_rss_mb=round(self._server_peak, 1) if self._server_peak else None,
+            extra={"sync_interval": self.settings.sync_interval, "optimizer": optimizer_name(self.optimizer()),
+                   "servers": server_summary(records, [c.base_url for c in replicas_of(self.session.client)],
+                                             tolerance),
+                   **atropos_summary(records, self.settings)},
+        )
+        self.writer.finish(summary, title=f"grpo_plugin · {self.session.mode}")
+
+
+def atropos_summary(records: list[dict], settings: GRPOSettings) -> dict:
+    """The summary's `atropos` entry (nothing when the run's rollouts are not Atropos's), from the records, which
+    a resumed run carries over: the whole run, not just this process."""
+    if settings.atropos is None:
+        return {}
+    lags = [r["policy_lag"] for r in records if r.get("policy_lag") is not None]
+    return {"atropos": {
+        "url": settings.atropos.url,
+        "batches_trained": sum(1 for r in records if r.get("atropos_batch") is not None),
+        "rejected_groups": sum(r.get("atropos_rejected_groups") or 0 for r in records),
+        "padding_rows": sum(r.get("atropos_padding_rows") or 0 for r in records),
+        "policy_lag_max": max(lags, default=None),
+        "policy_lag_mean": round(sum(lags) / len(lags), 3) if lags else None,
+        "policy_lag_source": sorted({r.get("policy_lag_source") for r in records if r.get("policy_lag_source")}),
+    }}
+
+
+__all__ = ["StepMetricsCallback", "StepRecorder", "atropos_summary"]

@@ -1,0 +1,73 @@
+"""recorder.py and producers/rollout.py without a trainer: what one step's record holds, what is kept across steps,
+and what a rollout's record adds (the trainer feeds the recorder these calls on its main thread)."""
+
+from __future__ import annotations
+
+import torch
+
+from grpo_plugin.metrics import STEP_FIELDS
+from grpo_plugin.producers.rollout import AtroposBatch, PolicyLag, Rollout, record_of
+from grpo_plugin.recorder import StepRecorder, atropos_summary
+from grpo_plugin.sync.base import SyncResult
+
+
+def test_a_step_record_holds_the_contract_fields_and_the_next_step_starts_afresh():
+    rec = StepRecorder()
+    rec.synced(SyncResult(step=4, sync_ms=12.3456, verify_ms=2.0, logprob_diff=1e-6))
+    rec.took(Rollout(wait_ms=10.0, generate_ms=30.0, policy_version=4, server_rows=[3, 5]), synced_version=4)
+    rec.took(Rollout(wait_ms=5.0, generate_ms=1.0, policy_version=4, server_rows=[1, 1]), synced_version=4)
+    rec.scored(torch.tensor([1.0, 0.0, 1.0, 0.0]))
+    rec.add_loss(0.5)
+    rec.add_loss(1.5)
+    first = rec.record(5, 100.0, mode="lora_sync", outages=[{"down_s": 1.25}, {"down_s": 0.5}])
+    assert set(STEP_FIELDS) <= set(first)
+    assert first["step"] == 5 and first["sync_mode"] == "lora_sync" and first["sync_pushed"] is True
+    assert first["sync_ms"] == 12.346 and first["verify_ms"] == 2.0 and first["sync_logprob_diff"] == 1e-6
+    assert first["rollout_ms"] == 15.0 and first["generate_ms"] == 31.0 and first["server_rows"] == [4, 6]
+    assert first["loss"] == 1.0 and first["reward_mean"] == 0.5 and first["policy_lag"] == 0
+    assert first["sync_server_diffs"] == [1e-6]
+    assert first["server_outages"] == 2 and first["server_down_s"] == 1.75 and len(first["server_outage_detail"]) == 2
+    assert rec.log_fields() == {"grpo/sync_ms": 12.346, "grpo/sync_logprob_diff": 1e-6, "grpo/rollout_ms": 15.0,
+                                "grpo/policy_lag": 0}
+
+    # a step trained on the same rollout's micro-batches: no sync, no new rollout, no loss recorded
+    second = rec.record(6, 50.0, mode="lora_sync", outages=[])
+    assert second["sync_ms"] == 0.0 and second["sync_logprob_diff"] is None and second["sync_pushed"] is False
+    assert second["rollout_ms"] == 0.0 and second["server_rows"] is None and second["loss"] is None
+    assert "server_outage_detail" not in second and second["server_outages"] == 0
+    # the rollout's version and rewards are kept: the step trains on that rollout
+    assert second["policy_lag"] == 1 and second["reward_mean"] == 0.5
+
+
+def test_an_atropos_rollout_brings_its_own_lag_batch_and_advantages():
+    adv = torch.tensor([0.5, -0.5, 0.0, 0.0])
+    rollout = Rollout(wait_ms=7.0, advantages=adv, real_rows=2, lag=PolicyLag(max=2, mean=1.5, source="ledger"),
+                      batch=AtroposBatch(seq=3, groups=1, rejected_groups=1, padding_rows=2, queued=4))
+    data = {"advantages": torch.zeros(4)}
+    rewards = rollout.scored_rewards(data, torch.tensor([1.0, 0.0, float("nan"), float("nan")]))
+    assert data["advantages"] is adv and rewards.tolist() == [1.0, 0.0]  # padding rows have no score
+
+    rec = StepRecorder()
+    rec.took(rollout, synced_version=9)  # the producer did not know the version: the server's is kept
+    rec.scored(rewards)
+    out = rec.record(10, 1.0, mode="ipc", outages=[])
+    assert out["policy_lag"] == 2 and out["policy_lag_mean"] == 1.5 and out["policy_lag_source"] == "ledger"
+    assert (out["atropos_batch"], out["atropos_groups"], out["atropos_rejected_groups"], out["atropos_padding_rows"],
+            out["atropos_queued"]) == (3, 1, 1, 2, 4)
+    assert rec.log_fields()["grpo/atropos_rejected_groups"] == 1
+    summary = atropos_summary([out], type("S", (), {"atropos": type("A", (), {"url": "http://x"})()})())
+    assert summary["atropos"]["batches_trained"] == 1 and summary["atropos"]["padding_rows"] == 2
+
+
+def test_rewards_and_advantages_stay_axolotls_without_the_producers_own():
+    data = {"advantages": torch.ones(2)}
+    rewards = Rollout(wait_ms=0.0).scored_rewards(data, torch.tensor([1.0, 2.0]))
+    assert rewards.tolist() == [1.0, 2.0] and data["advantages"].tolist() == [1.0, 1.0]
+
+
+def test_a_local_rollouts_keys_become_its_record_once():
+    data = {"_grpo_wait_ms": 3.0, "_grpo_generate_ms": 4.0, "_grpo_policy_version": 2, "_grpo_server_rows": [8],
+            "completion_ids": torch.zeros(8, 2)}
+    record = record_of(data)
+    assert (record.wait_ms, record.generate_ms, record.policy_version, record.server_rows) == (3.0, 4.0, 2, [8])
+    assert record_of(data) is record and not any(k.startswith("_grpo_") and k != "_grpo_rollout" for k in data)
