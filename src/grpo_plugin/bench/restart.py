@@ -119,17 +119,17 @@ def run(sizes: list[str], repeats: int, process_repeats: int, axolotl_repeats: i
             try:
                 probe_ids = probe_token_ids(model_dir)
                 model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-                trainer = ModelHandle.of(model)
+                handle = ModelHandle.of(model)
                 verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="restart")
                 n_params = sum(p.numel() for p in model.parameters())
                 res = {"params": n_params, "weights_mb": round(n_params * 4 / 2**20, 1)}
 
                 reload = RestartSync(client, strategy="reload", sync_dir=str(tmp))
-                reload.prepare(trainer)
+                reload.prepare(handle)
                 res["reload"] = _timed_pushes(reload, model, verifier, range(0, repeats + 1), warmup=1)
                 process = RestartSync(client, strategy="process", sync_dir=str(tmp), servers=lambda s=server: [s],
                                       start_timeout=900)
-                process.prepare(trainer)
+                process.prepare(handle)
                 res["process"] = _timed_pushes(process, model, verifier, range(1000, 1000 + process_repeats), 0)
                 process.close()
                 # axolotl's full-weight HTTP sync on the same (now restarted) server, where the host has one

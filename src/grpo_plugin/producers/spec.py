@@ -28,3 +28,8 @@ class GenerationSpec:
     step: Callable[[], int]  # the trainer's global step, now
     synced_version: Callable[[], int | None]  # the version the server holds, now (sync/session.py)
     add_callback: Callable[[Any], None]  # hooks the training loop (a transformers TrainerCallback)
+
+
+def pad_token_id(tokenizer) -> int:
+    """The tokenizer's pad token, or its end-of-sequence token when it has none."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -14,7 +14,7 @@ Ordering (`grpo.ipc_fence`), around every optimizer step, via the trainer's call
 - `server`: vLLM's own `/pause?mode=wait` before the step (in-flight requests finish on the old weights, new
   ones are queued, the prefix cache is dropped) and `/resume` after it. For servers other clients also use.
 
-Every step's weights are verified by the probe, as for every mode (trainer.py, sync/verify.py). A server
+Every step's weights are verified by the probe, as for every mode (sync/session.py, sync/verify.py). A server
 restart is detected (its worker is gone or its file was removed) and the trainer re-attaches to the new
 server's file, copying its current weights in, instead of training on an orphaned mapping.
 """

@@ -1,7 +1,7 @@
 """Who reads the trained weights during a sync, and how, when the trainer runs on several ranks.
 
 - `OneCopy` — one process, DDP, DeepSpeed ZeRO-1/2: rank 0 holds every weight. Rank 0 pushes and probes alone;
-  the other ranks wait for the served model name (trainer.py).
+  the other ranks wait for the served model name (sync/session.py).
 - `LeadFollow` — DeepSpeed ZeRO-3 and FSDP2: each rank holds a shard of every weight, so whatever touches the weights is
   collective: gathering them for the push, the probe's forward pass (a forward on rank 0 alone would wait forever
   for the other ranks' shards). Rank 0 LEADS: the sync code is the one that runs with one copy; each collective

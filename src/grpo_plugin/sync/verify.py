@@ -17,7 +17,7 @@ scores both checks). The trainer half needs the model to still hold the pushed w
 holding a lease on the pushed version (no in-place write and no unload of that version before the server
 answered, sync/gate.py), while the next rollout already samples with the new version. The trainer finishes it
 before it scores a rollout sampled with that version, and at the latest before the next optimizer step
-(trainer.py): no update is ever applied while a published version is unverified, and a push that did not take
+(sync/session.py): no update is ever applied while a published version is unverified, and a push that did not take
 effect still fails the run before anything is trained on it.
 """
 
