@@ -93,6 +93,16 @@ def summarize(records: Sequence[dict], *, mode: str, model: str, tolerance: floa
     return out
 
 
+def eval_record(step: int, logs: dict) -> dict | None:
+    """An evaluation's figures from the logs TRL writes for it (`eval_reward`, `eval_rewards/<fn>/mean`,
+    `eval_loss`, completion lengths, ...), None for logs of anything else (pure)."""
+    figures = {k.removeprefix("eval_"): v for k, v in logs.items()
+               if k.startswith("eval_") and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if "reward" not in figures and "loss" not in figures:
+        return None
+    return {"step": step, "reward": figures.pop("reward", None), **figures}
+
+
 def server_summary(records: Sequence[dict], urls: Sequence[str], tolerance: float | None) -> list[dict]:
     """Per server (pure): completions it sampled, syncs it took part in (every sync goes to every server) and
     how many of them its own probe verified within `tolerance` (None: verification was off)."""
@@ -111,7 +121,8 @@ def server_summary(records: Sequence[dict], urls: Sequence[str], tolerance: floa
     return out
 
 
-def plot(records: Sequence[dict], path: str | Path, title: str = "") -> Path:
+def plot(records: Sequence[dict], path: str | Path, title: str = "", evals: Sequence[dict] = ()) -> Path:
+    """The reward per step (and the eval reward at each evaluation) over the sync pauses."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,6 +135,9 @@ def plot(records: Sequence[dict], path: str | Path, title: str = "") -> Path:
     ax1.plot(steps, mean, label="reward mean", color="tab:blue")
     ax1.fill_between(steps, [m - s for m, s in zip(mean, std, strict=True)],
                      [m + s for m, s in zip(mean, std, strict=True)], alpha=0.2, color="tab:blue")
+    if evals:
+        ax1.plot([e["step"] for e in evals], [e["reward"] for e in evals], "s--", ms=5, color="tab:green",
+                 label="eval reward")
     ax1.set_ylabel("reward")
     ax1.legend(loc="upper left")
     ax1.set_title(title)
@@ -152,6 +166,8 @@ class MetricsWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "grpo_metrics.jsonl"
         self.records: list[dict] = []
+        self.eval_path = self.dir / "grpo_eval.jsonl"
+        self.evals: list[dict] = []  # this process's evaluations
         self.kept_from_earlier_run = 0
         self._started = False
 
@@ -181,10 +197,21 @@ class MetricsWriter:
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
 
+    def write_eval(self, record: dict) -> None:
+        """One evaluation (`eval_record`), appended to grpo_eval.jsonl and kept for the summary and the plot."""
+        if not self.evals:
+            self.eval_path.write_text("")
+        self.evals.append(record)
+        with self.eval_path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
     def finish(self, summary: dict, *, title: str = "") -> None:
+        if self.evals:
+            summary = {**summary, "eval": self.evals}
         (self.dir / "grpo_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         if self.records:
-            plot(self.records, self.dir / "grpo_curves.png", title=title)
+            plot(self.records, self.dir / "grpo_curves.png", title=title,
+                 evals=[e for e in self.evals if e.get("reward") is not None])
 
 
 def report(output_dir: str | Path) -> str:
@@ -215,6 +242,8 @@ def report(output_dir: str | Path) -> str:
         f" · trainer peak RSS {f(s['trainer_peak_rss_mb'], '.0f')} MiB"
         f" · server peak RSS {f(s['server_peak_rss_mb'], '.0f')} MiB",
         *_atropos_lines(s.get("atropos"), f),
+        *(["  eval reward: " + " → ".join(f"{f(e.get('reward'), '.3f')} (step {e['step']})" for e in s["eval"])]
+          if s.get("eval") else []),
         f"  files: {d / 'grpo_metrics.jsonl'}, {d / 'grpo_summary.json'}, {d / 'grpo_curves.png'}",
     ])
 

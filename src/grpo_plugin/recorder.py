@@ -6,7 +6,8 @@ The trainer tells the recorder, on its main thread, as things happen:
 - `took(rollout, synced_version)`: a rollout is taken for training (its record: producers/rollout.py);
 - `scored(rewards)`: the rewards of the rollout's real rows;
 - `add_loss(value)`: the loss of each micro-batch.
-`StepMetricsCallback` closes each step's record at `on_step_end` and writes the summary at `on_train_end`.
+`StepMetricsCallback` closes each step's record at `on_step_end`, records each evaluation from its logs
+(`on_log`: `<output_dir>/grpo_eval.jsonl`) and writes the summary at `on_train_end`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from urllib.parse import urlparse
 from transformers import TrainerCallback
 
 from grpo_plugin.args import loaded_cfg
-from grpo_plugin.metrics import MetricsWriter, listening_pid, optimizer_name, rss_mb, server_summary, summarize
+from grpo_plugin.metrics import (
+    MetricsWriter,
+    eval_record,
+    listening_pid,
+    optimizer_name,
+    rss_mb,
+    server_summary,
+    summarize,
+)
 from grpo_plugin.server import managed
 from grpo_plugin.server.group import replicas_of
 
@@ -159,6 +168,13 @@ class StepMetricsCallback(TrainerCallback):
             self._server_peak = max(self._server_peak, sum(rss_mb(pid, tree=True) for pid in pids))
         if self.writer is not None:
             self.writer.write(rec)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """An evaluation's logs (TRL's `eval_*` figures, evaluation during training): one line of
+        grpo_eval.jsonl, the summary's `eval` list and the eval curve."""
+        rec = eval_record(state.global_step, logs or {})
+        if rec is not None and self.writer is not None:
+            self.writer.write_eval(rec)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.writer is None:

@@ -17,6 +17,8 @@ the host's hooks that hand each job to the object that owns it:
 - `_get_per_token_logps_and_entropies`, `compute_loss`: each row at its own sampling temperature, fp32 models
   without axolotl's bf16 autocast (scoring.py); what differs between the supported axolotl releases goes through
   `compat.host` (how many values this hook returns).
+- evaluation (`eval_strategy`) stays TRL's, its generation served by `producers/evaluation.py` on the run's server
+  with the current step's weights (the session brings them there first);
 - `log`: the sync figures beside axolotl's; `train`: a run stopped by its server or a sync saves what it trained
   (checkpoints.py), a run that ends closes its producer and weight sync.
 """
@@ -34,6 +36,8 @@ from grpo_plugin.compat.host import host
 from grpo_plugin.compat.trl_client import without_trl_server_client
 from grpo_plugin.probe import SyncVerificationError
 from grpo_plugin.producers import build
+from grpo_plugin.producers.evaluation import EvalGeneration
+from grpo_plugin.producers.local import generation_kwargs, sampling_kwargs
 from grpo_plugin.producers.prefetch import PrefetchingProducer
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, record_of
 from grpo_plugin.producers.spec import GenerationSpec, pad_token_id
@@ -68,6 +72,12 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
                             num_processes=self.accelerator.num_processes,
                             is_main=self.accelerator.is_main_process, add_callback=self.add_callback)
         self.sync.attach(model, ranks_for(self.accelerator), tok)
+        # evaluation (eval_strategy) stays TRL's; its generation goes through the plugin's server and session
+        self.vllm_generation = EvalGeneration(
+            client=self.vllm_server, gate=self.sync.gate, guard=self.sync.guard, step=lambda: self.state.global_step,
+            bring_current=lambda: self.sync.bring_current(self.state.global_step),
+            sampling=lambda: sampling_kwargs(self, generation_kwargs(self.args)), lag_timeout=build.LAG_WAIT_S)
+        self._patched_sync_weights = True  # axolotl would rebind its sync_weights to its own (no-client) sync
         self.scoring = RowScoring(model.unwrap())
         self.add_callback(StepMetricsCallback(
             self.recorder, self.sync, self.grpo, output_dir=self.args.output_dir,
@@ -153,7 +163,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         with self.scoring.rows_of(inputs):
             loss = super().compute_loss(model, inputs, return_outputs=return_outputs,
                                         num_items_in_batch=num_items_in_batch)
-        self.recorder.add_loss(float((loss[0] if isinstance(loss, tuple) else loss).detach()))
+        if self.model.training:  # evaluation computes the loss of its batches too: not a training step's
+            self.recorder.add_loss(float((loss[0] if isinstance(loss, tuple) else loss).detach()))
         return loss
 
     # ---- logs and the end of the run -----------------------------------------------------------

@@ -102,7 +102,8 @@ def gone(pid: int, timeout: float = 60) -> bool:
 def test_quickstart_managed_server_learns_and_verifies_every_sync(tmp_path, tiny_model_dir, tiny_data_file,
                                                                   cache_env):
     steps = 30
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps)
+    # with an eval set: 8 held-out prompts, evaluated at the start, at steps 10, 20 and 30 (the end)
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps, **EVAL)
     proc = train(path, launcher=())  # the user's command as is
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
@@ -124,6 +125,23 @@ def test_quickstart_managed_server_learns_and_verifies_every_sync(tmp_path, tiny
     gaps = [float(x) for x in re.findall(r"'sampling/sampling_logp_difference/mean': '([^']+)'", log)]
     assert len(gaps) == steps and max(gaps) < 1e-4, gaps
     assert gone(managed_pid(log), timeout=5), "the managed server outlived `axolotl train`"
+    assert_evaluated(out, summary, log, steps)
+
+
+# evaluation during training (TRL's eval path, generated on the run's server): 8 of the 128 prompts held out
+EVAL = {"val_set_size": 0.0625, "eval_strategy": "steps", "eval_steps": 10, "eval_batch_size": 32}
+
+
+def assert_evaluated(out: Path, summary: dict, log: str, steps: int) -> None:
+    """Evaluations at the start and every 10 steps, TRL's eval metrics in the log, the eval reward rising with
+    the training reward, in grpo_eval.jsonl and the summary."""
+    evals = [json.loads(x) for x in (out / "grpo_eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == list(range(0, steps + 1, 10)), evals
+    assert summary["eval"] == evals
+    rewards = [e["reward"] for e in evals]
+    assert all(r is not None for r in rewards) and rewards[-1] > rewards[0] + 0.3, rewards
+    assert "'eval_reward'" in log and "eval_completions/mean_length" in log
+    assert all(e.get("loss") is not None for e in evals)  # TRL computed the eval loss of each evaluation
 
 
 def test_ctrl_c_stops_the_managed_server(tmp_path, tiny_model_dir, tiny_data_file, cache_env):

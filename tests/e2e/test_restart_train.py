@@ -12,7 +12,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.e2e.test_axolotl_train import BIN, env, gone, left_behind, managed_pid, quickstart, sync_dirs
+from tests.e2e.test_axolotl_train import (
+    BIN,
+    EVAL,
+    assert_evaluated,
+    env,
+    gone,
+    left_behind,
+    managed_pid,
+    quickstart,
+    sync_dirs,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +44,9 @@ def test_quickstart_restart_reload_learns_and_verifies_every_sync(tmp_path, tiny
                                                                   cache_env):
     steps = 30
     before = sync_dirs("restart")
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml", max_steps=steps)
+    # with an eval set (a full-weight mode: each evaluation samples the weights reloaded in place)
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml", max_steps=steps,
+                           **EVAL)
     assert cfg["grpo"]["sync"] == "restart" and "adapter" not in cfg
     log = _train(path)
     recs = _records(cfg)
@@ -49,3 +61,4 @@ def test_quickstart_restart_reload_learns_and_verifies_every_sync(tmp_path, tiny
     assert len(gaps) == steps and max(gaps) < 1e-4, gaps  # full-weight rollouts score as the trainer does
     assert gone(managed_pid(log), timeout=5)
     assert not left_behind("restart", before), "the run left its sync directory behind"
+    assert_evaluated(Path(cfg["output_dir"]), summary, log, steps)

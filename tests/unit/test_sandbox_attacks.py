@@ -51,8 +51,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grpo_plugin.sandbox import AssertSuite, CallSuite, Limits, Sandbox, StdioSuite
-from grpo_plugin.sandbox import confine
+from grpo_plugin.sandbox import AssertSuite, CallSuite, Limits, Sandbox, StdioSuite, confine
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(180)

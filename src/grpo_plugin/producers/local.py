@@ -64,21 +64,12 @@ class LocalRolloutProducer(GRPODataProducer):
         t0 = time.perf_counter()
         min_version = global_step - self.max_policy_lag
 
+        sampling = sampling_kwargs(trainer, self._generation_kwargs)
+
         def generate():
             # one lease per attempt: a redo after a recovery samples with the version the restore published
             with self.gate.lease(min_version, timeout=self.lag_timeout) as lease:
-                return lease.version, self.client.generate(
-                    unique,
-                    model=lease.model,
-                    n=g,
-                    max_tokens=trainer.max_completion_length,
-                    temperature=trainer.temperature,
-                    top_p=trainer.top_p,
-                    top_k=trainer.top_k if trainer.top_k and trainer.top_k > 0 else None,
-                    min_p=trainer.min_p,
-                    repetition_penalty=trainer.repetition_penalty,
-                    extra=self._generation_kwargs,
-                )
+                return lease.version, self.client.generate(unique, model=lease.model, n=g, **sampling)
 
         # through the trainer's ServerGuard: on the main thread a lost server is brought back with the current
         # weights and the rollout generated again; in the prefetch thread the failure reaches the main thread
@@ -124,6 +115,14 @@ class LocalRolloutProducer(GRPODataProducer):
             "_grpo_server_rows": server_rows,
         }
         return RolloutDataset(output)
+
+
+def sampling_kwargs(trainer, extra: dict | None) -> dict:
+    """What every generation request of the run samples with (training rollouts and evaluation alike): TRL's
+    sampling settings as the trainer holds them, and `trl.generation_kwargs` (`extra`)."""
+    return {"max_tokens": trainer.max_completion_length, "temperature": trainer.temperature,
+            "top_p": trainer.top_p, "top_k": trainer.top_k if trainer.top_k and trainer.top_k > 0 else None,
+            "min_p": trainer.min_p, "repetition_penalty": trainer.repetition_penalty, "extra": extra}
 
 
 def generation_kwargs(args) -> dict:

@@ -66,7 +66,8 @@ class Template:
     """The process that forks the children, as the server sees it."""
 
     def __init__(self, child_main, landlock: confine.Landlock | None):
-        """child_main(payload, fds, ruleset): what a child runs (never returns). Spawn requests are answered in order."""
+        """child_main(payload, fds, ruleset): what a child runs (never returns). Spawn requests are answered in
+        order."""
         import socket
 
         self.socket = socket

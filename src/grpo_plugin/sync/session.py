@@ -83,10 +83,11 @@ class SyncSession:
         self.deferred = DeferredVerifier(self.verifier, self.gate)
 
     # ---- the push before a rollout ------------------------------------------------------------
-    def maybe_push(self, step: int) -> None:
-        """Every `grpo.sync_interval` steps: push (rank 0, every rank joining a sharded gather), verify, publish."""
+    def maybe_push(self, step: int, *, force: bool = False) -> None:
+        """Every `grpo.sync_interval` steps (`force`: now, unless the server holds `step`'s weights): push (rank 0,
+        every rank joining a sharded gather), verify, publish."""
         last = self.synced_version
-        if last is not None and (step == last or step - last < self.settings.sync_interval):
+        if last is not None and (step == last or (step - last < self.settings.sync_interval and not force)):
             return
         result = None
         if self.model.is_main:  # one push per sync, whatever the number of ranks
@@ -104,6 +105,14 @@ class SyncSession:
         self.gate.publish(step, served)
         self.synced_version = step
         self.on_result(result)
+
+    def bring_current(self, step: int) -> None:
+        """Evaluation at `step` scores the policy of `step`: the server gets this step's weights now, whatever
+        `grpo.sync_interval` says, verified before anything is sampled with them. Every rank calls it (with
+        several ranks a push is collective)."""
+        self.maybe_push(step, force=True)
+        if self.model.is_main:
+            self.finish_verification()
 
     def _sync_now(self, step: int, last: int | None) -> SyncResult:
         result = None
