@@ -56,9 +56,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self.grpo = grpo_settings or current_settings()
         training_args = kwargs["args"]
         # one server, or several behind one client (server/group.py: rollouts split, every push to all)
-        self.vllm_server = connect(server_urls(training_args, self.grpo), timeout=self.grpo.request_timeout)
+        client = connect(server_urls(training_args, self.grpo), timeout=self.grpo.request_timeout)
         self.recorder = StepRecorder()
-        self.sync = SyncSession(self.grpo, self.vllm_server, world_size=training_args.world_size,
+        self.sync = SyncSession(self.grpo, client, world_size=training_args.world_size,
                                 overlapped=bool(training_args.async_prefetch) or self.grpo.atropos is not None,
                                 step=lambda: self.state.global_step, on_result=self.recorder.synced)
         with without_trl_server_client():
@@ -67,14 +67,14 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         tok = self.processing_class
         # axolotl 0.19's deferred scoring reads these (0.21 asks its tokenizer); TRL no longer sets them.
         self.pad_token_id, self.eos_token_id = pad_token_id(tok), tok.eos_token_id
-        wait_for_servers(self.vllm_server, self.grpo.server_timeout)
+        wait_for_servers(client, self.grpo.server_timeout)
         model = ModelHandle(unwrap=lambda: self.accelerator.unwrap_model(self.model),
                             num_processes=self.accelerator.num_processes,
                             is_main=self.accelerator.is_main_process, add_callback=self.add_callback)
         self.sync.attach(model, ranks_for(self.accelerator), tok)
         # evaluation (eval_strategy) stays TRL's; its generation goes through the plugin's server and session
         self.vllm_generation = EvalGeneration(
-            client=self.vllm_server, gate=self.sync.gate, guard=self.sync.guard, step=lambda: self.state.global_step,
+            client=client, gate=self.sync.gate, guard=self.sync.guard, step=lambda: self.state.global_step,
             bring_current=lambda: self.sync.bring_current(self.state.global_step),
             sampling=lambda: sampling_kwargs(self, generation_kwargs(self.args)), lag_timeout=build.LAG_WAIT_S)
         self._patched_sync_weights = True  # axolotl would rebind its sync_weights to its own (no-client) sync
@@ -92,7 +92,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
     # ---- rollouts ------------------------------------------------------------------------------
     def _create_data_producer(self, args, train_dataset):
         spec = GenerationSpec(
-            client=self.vllm_server, gate=self.sync.gate, guard=self.sync.guard, tokenizer=self.processing_class,
+            client=self.sync.client, gate=self.sync.gate, guard=self.sync.guard, tokenizer=self.processing_class,
             pad_token_id=pad_token_id(self.processing_class), num_generations=self.num_generations,
             temperature=self.temperature, shuffle_dataset=getattr(self, "shuffle_dataset", True),
             scale_rewards=getattr(self, "scale_rewards", "group"),
@@ -133,13 +133,13 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                            batch_size=None, compute_entropy=False, **kwargs):
         """Each row at its own sampling temperature (scoring.py). Returns what the host's callers unpack
-        (compat.host: 2 values on axolotl 0.19, 3 from 0.20 on)."""
+        (compat.host: 2 values on axolotl 0.19's scoring, 3 from 0.20 on and in TRL's evaluation)."""
         def at(temperature, ids, mask):
             return self._logps_at(temperature, model, ids, mask, logits_to_keep, batch_size, compute_entropy,
                                   **kwargs)
 
-        return host().logps_result(*self.scoring.by_temperature(at, input_ids, attention_mask, logits_to_keep,
-                                                                compute_entropy))
+        rows = self.scoring.by_temperature(at, input_ids, attention_mask, logits_to_keep, compute_entropy)
+        return host().logps_result(*rows, evaluating=not self.scoring.hosts_call)
 
     def _logps_at(self, temperature, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
                   **kwargs) -> tuple:
