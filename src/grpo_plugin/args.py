@@ -360,12 +360,6 @@ def check_cross_keys(data: dict) -> None:
                 "has only zero advantages skips the loss (and its all-gathers) while the other ranks wait in them "
                 "(axolotl's FastAsyncGRPOTrainer._compute_loss; measured: a 2-rank run hung at step 2). Remove it "
                 "(with several ranks the plugin sets it to false).")
-        if ranks > 1 and trl.get("async_prefetch"):
-            raise ValueError(
-                f"trl.async_prefetch: true with {ranks} trainer ranks does not run: measured with 2 CPU ranks, DDP "
-                "hung at step 2 and DeepSpeed ZeRO-3 failed at step 2 with a gloo collective mismatch (the background "
-                "producer's collectives interleave with the training step's). Remove trl.async_prefetch (rollouts are "
-                "then generated between steps; every sync is verified as before), or train with one rank.")
         if trl.get("vllm_lora_sync"):
             raise ValueError(
                 "trl.vllm_lora_sync: true is axolotl's built-in LoRA sync; with the grpo_plugin use "

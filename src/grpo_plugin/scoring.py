@@ -28,15 +28,18 @@ class RowScoring:
         dtype = next(model.get_input_embeddings().parameters()).dtype
         self.fp32 = dtype == torch.float32  # score without axolotl's bf16 autocast
         self._temperatures: torch.Tensor | None = None
+        # inside rows_of: the host's scoring or loss is the caller. Outside it, the only caller is TRL's own
+        # evaluation path (_generate_and_score_completions), which unpacks 3 values even where the host takes 2
+        self.hosts_call = False
 
     @contextmanager
     def rows_of(self, batch: dict) -> Iterator[None]:
         """Score these rows at their own temperatures (when they carry them)."""
-        self._temperatures = batch.get(TEMPERATURES)
+        self._temperatures, self.hosts_call = batch.get(TEMPERATURES), True
         try:
             yield
         finally:
-            self._temperatures = None
+            self._temperatures, self.hosts_call = None, False
 
     def by_temperature(self, forward: Forward, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                        logits_to_keep: int, compute_entropy: bool) -> tuple:

@@ -51,13 +51,23 @@ def _assert_two_ranks_trained_verified(log: str, cfg: dict, steps: int, joined: 
     return s
 
 
-def test_two_ranks_ddp_lora_sync(tmp_path, tiny_model_dir, tiny_data_file, vllm_server, cache_env):
+def _assert_prefetched(cfg: dict, steps: int) -> None:
+    """Async prefetch with 2 ranks: after the synchronous first rollout, rollouts were generated while the step
+    before trained (policy lag 1, the bound), each rank's own (no collective in the background thread)."""
+    recs = [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
+    lags = [r["policy_lag"] for r in recs]
+    assert lags[0] == 0 and all(lag in (0, 1) for lag in lags) and lags.count(1) >= steps // 2, lags
+
+
+def test_two_ranks_ddp_lora_sync_async_prefetch(tmp_path, tiny_model_dir, tiny_data_file, vllm_server, cache_env):
+    """DDP with trl.async_prefetch: each rank's background thread generates its next rollout while the step trains."""
     steps = 6
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "scale/quickstart_2ranks_lora_sync.yaml",
-                           server=vllm_server, max_steps=steps)
+                           server=vllm_server, max_steps=steps, trl={"async_prefetch": True})
     log = _two_ranks(path)
     s = _assert_two_ranks_trained_verified(log, cfg, steps, "MULTI_CPU")
     assert s["num_syncs"] == steps
+    _assert_prefetched(cfg, steps)
     assert "started managed vLLM server" not in log  # the session server, as `axolotl vllm-serve` runs it
 
 
@@ -69,14 +79,17 @@ def zero3_gathered(log: str, tensors: int, name: str = "ZeRO-3") -> tuple[int, i
     return int(m.group(2).replace(",", "")), int(m.group(3).replace(",", ""))
 
 
-def test_two_ranks_zero3_lora_sync(tmp_path, tiny_model_dir, tiny_data_file, vllm_server, cache_env):
-    """DeepSpeed ZeRO-3 with 2 CPU ranks: the adapter is partitioned; each push gathers it on both ranks."""
+def test_two_ranks_zero3_lora_sync_async_prefetch(tmp_path, tiny_model_dir, tiny_data_file, vllm_server, cache_env):
+    """DeepSpeed ZeRO-3 with 2 CPU ranks and trl.async_prefetch: the adapter is partitioned; each push gathers it on
+    both ranks (main thread) while each rank's background thread only talks to the server."""
     steps = 6
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "scale/quickstart_2ranks_zero3_lora_sync.yaml",
-                           server=vllm_server, max_steps=steps, deepspeed=str(ROOT / "deepspeed_configs/zero3.json"))
+                           server=vllm_server, max_steps=steps, deepspeed=str(ROOT / "deepspeed_configs/zero3.json"),
+                           trl={"async_prefetch": True})
     log = _two_ranks(path)
     s = _assert_two_ranks_trained_verified(log, cfg, steps, "DEEPSPEED ZeRO-3", roles=("gathers", "joins"))
     assert s["num_syncs"] == steps and s["optimizer"] == "DeepSpeedZeroOptimizer_Stage3", s
+    _assert_prefetched(cfg, steps)
     lora_tensors = 2 * 7 * 2  # A and B for 7 target modules in each of the tiny model's 2 layers
     full, held = zero3_gathered(log, lora_tensors)
     assert held <= full // 2 + lora_tensors, (full, held)  # rank 0 holds half of each tensor (rounded up)

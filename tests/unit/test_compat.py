@@ -54,6 +54,7 @@ def test_register_refuses_an_unsupported_host_before_touching_the_config(monkeyp
 def test_host_adapter_returns_what_each_host_unpacks():
     logps, ent, aux = torch.zeros(2, 3), torch.ones(2, 3), torch.tensor(0.5)
     assert len(HOSTS["legacy"].logps_result(logps, ent, aux)) == 2
+    assert HOSTS["legacy"].logps_result(logps, ent, aux, evaluating=True)[2] is aux  # TRL 1.9's eval path: 3
     assert HOSTS["current"].logps_result(logps, ent, aux)[2] is aux
     for result in ((logps, ent), (logps, ent, aux)):
         out = HOSTS["current"].split_logps(result)

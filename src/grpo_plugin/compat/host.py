@@ -50,9 +50,10 @@ class Host:
     stack: str
     logps_returns_aux: bool  # axolotl's _get_per_token_logps_and_entropies returns (logps, entropies, aux_loss)
 
-    def logps_result(self, logps, entropies, aux_loss=None) -> tuple:
-        """What the host's callers unpack from `_get_per_token_logps_and_entropies`."""
-        return (logps, entropies, aux_loss) if self.logps_returns_aux else (logps, entropies)
+    def logps_result(self, logps, entropies, aux_loss=None, *, evaluating: bool = False) -> tuple:
+        """What the caller unpacks from `_get_per_token_logps_and_entropies`: the host's scoring and loss (2 values
+        on axolotl 0.19), or TRL's own evaluation path generating and scoring (`evaluating`: 3, TRL 1.9 too)."""
+        return (logps, entropies, aux_loss) if self.logps_returns_aux or evaluating else (logps, entropies)
 
     @staticmethod
     def split_logps(result: tuple) -> tuple:

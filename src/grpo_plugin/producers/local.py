@@ -16,6 +16,7 @@ Every request carries the configured sampling: `trl.num_generations`, `max_compl
 
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
@@ -94,11 +95,9 @@ class LocalRolloutProducer(GRPODataProducer):
         completions = ([[{"role": "assistant", "content": t}] for t in texts]
                        if is_conversational(inputs[0]) else texts)
         n_tokens = torch.tensor(sum(len(c) for c in completion_ids), device=trainer.accelerator.device)
-        if trainer.accelerator.num_processes > 1:
-            n_tokens = trainer.accelerator.gather(n_tokens).sum()
         output = {
             **tensors,
-            "num_items_in_batch": n_tokens,
+            "num_items_in_batch": n_tokens,  # this rank's; summed over the ranks on the main thread (below)
             "advantages": torch.zeros(len(completion_ids), device=trainer.accelerator.device),
             # deferred scoring: axolotl computes rewards, advantages, policy logps and the IS ratio
             "_pending_policy_logps": True,
@@ -114,7 +113,22 @@ class LocalRolloutProducer(GRPODataProducer):
             "_grpo_wait_ms": rollout_ms,
             "_grpo_server_rows": server_rows,
         }
+        if threading.current_thread() is threading.main_thread():
+            sum_items_over_ranks(output, trainer.accelerator)
+        else:  # a prefetch thread: no collective here (it would interleave with the training step's)
+            output[ITEMS_LOCAL] = True
         return RolloutDataset(output)
+
+
+ITEMS_LOCAL = "_grpo_items_local"  # `num_items_in_batch` still counts this rank's completion tokens only
+
+
+def sum_items_over_ranks(data: dict, accelerator) -> None:
+    """`num_items_in_batch` (TRL's loss normalizer): the completion tokens of every rank's rollout. A collective:
+    main thread only, every rank at the same point (before its rollout is scored)."""
+    data.pop(ITEMS_LOCAL, None)
+    if accelerator.num_processes > 1:
+        data["num_items_in_batch"] = accelerator.gather(data["num_items_in_batch"]).sum()
 
 
 def sampling_kwargs(trainer, extra: dict | None) -> dict:

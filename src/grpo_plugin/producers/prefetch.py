@@ -18,6 +18,8 @@ import time
 
 from axolotl.core.trainers.grpo.async_trainer import AsyncDataProducer
 
+from grpo_plugin.producers.local import ITEMS_LOCAL, sum_items_over_ranks
+
 
 class PrefetchingProducer(AsyncDataProducer):
     def __init__(self, inner, *, guard, background_produce_kwargs: dict | None = None):
@@ -27,6 +29,11 @@ class PrefetchingProducer(AsyncDataProducer):
         self._outages_seen = 0
 
     def produce(self, model, global_step: int, **kwargs):
+        if self._num_processes is None:
+            # every rank prefetches its own prompts on its own client, and nothing collective runs in the background
+            # (axolotl's default with several ranks: rank 0 alone generates, then broadcasts). The one collective
+            # of a local rollout, summing num_items_in_batch over the ranks, is done here, on the main thread.
+            self._num_processes, self._is_main = 1, True
         t0 = time.perf_counter()
         try:
             dataset = super().produce(model, global_step, **kwargs)
@@ -44,6 +51,8 @@ class PrefetchingProducer(AsyncDataProducer):
                 self.guard.recover("rollout", why)
             dataset = super().produce(model, global_step, **kwargs)  # this step synchronously, then prefetch again
         self._outages_seen = len(self.guard.outages)
+        if dataset._data.get(ITEMS_LOCAL) and kwargs.get("accelerator") is not None:
+            sum_items_over_ranks(dataset._data, kwargs["accelerator"])
         dataset._data["_grpo_wait_ms"] = (time.perf_counter() - t0) * 1e3
         return dataset
 
