@@ -1,8 +1,9 @@
 """The `grpo:` block: the plugin's pydantic schema extension.
 
-axolotl merges `GRPOPluginArgs` into its config model (`get_input_args`). Everything the plugin reads lives
-under ONE top-level key, `grpo:`; the settings model forbids unknown keys, so a typo is an error instead of a
-silently dropped setting (axolotl's own models ignore unknown keys).
+axolotl merges `preflight.GRPOPluginArgs` (this schema, then the cross-key checks below, then preflight) into its
+config model (`get_input_args`). Everything the plugin reads lives under ONE top-level key, `grpo:`; the settings
+model forbids unknown keys, so a typo is an error instead of a silently dropped setting (axolotl's own models
+ignore unknown keys).
 """
 
 from __future__ import annotations
@@ -428,7 +429,7 @@ def _check_ipc(data: dict) -> None:
         if int(vllm_get(key) or 1) > 1:
             problems.append(f"`vllm.{key}: {vllm_get(key)}`: ipc shares the weights of ONE vLLM worker "
                             f"(>1 splits or replicates them). Set vllm.{key}: 1, or use grpo.sync: restart.")
-    from grpo_plugin.server.process import cuda_available, trainer_dtype
+    from grpo_plugin.serverconfig import cuda_available, trainer_dtype
 
     servers = server_count(data.get("grpo"))
     if servers > 1 and cuda_available():
@@ -549,25 +550,6 @@ def _zero_stage(data: dict) -> int | None:
 def uses_fsdp(data) -> bool:
     """The config shards with FSDP (`fsdp`, `fsdp_config` or `fsdp_version`)."""
     return bool(data.get("fsdp") or data.get("fsdp_config") or data.get("fsdp_version"))
-
-
-class GRPOPluginArgs(BaseModel):
-    """Mixed into axolotl's config model by `GRPOPlugin.get_input_args()`."""
-
-    grpo: GRPOSettings | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _grpo_cross_checks(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            check_cross_keys(data)
-            from grpo_plugin.preflight import config_problems
-
-            problems = config_problems(data, atropos_marker=ATROPOS_DATASET_MARKER)
-            if problems:
-                raise ValueError(f"grpo_plugin found {len(problems)} problem(s) in the config (nothing was "
-                                 "loaded):\n" + "\n".join(f"  - {p}" for p in problems))
-        return data
 
 
 def loaded_cfg() -> dict:

@@ -15,7 +15,7 @@ SERVE_MODULE = "grpo_plugin.serve"
 
 class GRPOPlugin(BasePlugin):
     def get_input_args(self) -> str:
-        return "grpo_plugin.args.GRPOPluginArgs"
+        return "grpo_plugin.preflight.GRPOPluginArgs"
 
     def register(self, cfg) -> None:
         """Runs on the raw config before validation (also for `axolotl vllm-serve`). axolotl reads

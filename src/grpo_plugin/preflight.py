@@ -8,6 +8,9 @@ Only what can be checked without loading anything: import paths (imported as axo
 directory), local paths (a value that starts with `./`, `../`, `/` or `~`, or a dataset file name), and the
 sync directory (writable; for full-weight modes, room for one copy of the weights, sized from the local
 checkpoint's safetensors headers). Hub ids are left to the hub.
+
+`GRPOPluginArgs` (what axolotl merges into its config model) lives here: the `grpo:` schema and the cross-key
+checks come from args.py, then these checks run, so the dependency points down (preflight -> args).
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, model_validator
+
+from grpo_plugin.args import ATROPOS_DATASET_MARKER, GRPOSettings, check_cross_keys
 
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
 TINY_BUILD = "python -m grpo_plugin.tiny --out demo"  # builds ./demo/tiny-qwen2 and ./demo/data (quickstarts)
@@ -143,8 +150,8 @@ def _existing_parent(path: Path) -> Path:
 
 def sync_dir_problems(data: dict) -> list[str]:
     """The sync directory must be writable; full-weight modes need room for one copy of the weights."""
-    from grpo_plugin.server.process import trainer_dtype
-    from grpo_plugin.sync.storage import default_sync_root
+    from grpo_plugin.serverconfig import trainer_dtype
+    from grpo_plugin.storage import default_sync_root
 
     grpo = _as_dict(data.get("grpo"))
     configured = grpo.get("sync_dir")
@@ -187,3 +194,20 @@ def config_problems(data: dict, *, atropos_marker: str | None = None) -> list[st
     problems += dataset_problems(data.get("datasets"), atropos_marker)
     problems += sync_dir_problems(data)
     return [p for p in problems if p]
+
+
+class GRPOPluginArgs(BaseModel):
+    """Mixed into axolotl's config model by `GRPOPlugin.get_input_args()`."""
+
+    grpo: GRPOSettings | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grpo_cross_checks(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            check_cross_keys(data)
+            problems = config_problems(data, atropos_marker=ATROPOS_DATASET_MARKER)
+            if problems:
+                raise ValueError(f"grpo_plugin found {len(problems)} problem(s) in the config (nothing was "
+                                 "loaded):\n" + "\n".join(f"  - {p}" for p in problems))
+        return data

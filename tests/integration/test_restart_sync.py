@@ -159,7 +159,7 @@ def test_server_without_the_worker_extension_is_refused_before_any_rpc(servers, 
     """A server started without our extension (e.g. plain `vllm serve`) must be refused at prepare: calling a
     method its workers lack would kill its engine. The real server reports our extension; the fault is a
     server_info reply without it."""
-    from grpo_plugin.server.process import WORKER_EXTENSION
+    from grpo_plugin.serverconfig import WORKER_EXTENSION
 
     _, client, model_dir = servers["untied"]
     assert client.worker_extension() == WORKER_EXTENSION

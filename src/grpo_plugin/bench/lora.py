@@ -65,7 +65,8 @@ def run(mode: str, model_dir: str | None, repeats: int, lora_r: int, port: int |
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from grpo_plugin.server.process import ServerSpec, launch, lora_rank_for_vllm
+    from grpo_plugin.server.process import ServerSpec, launch
+    from grpo_plugin.serverconfig import lora_rank_for_vllm
     from grpo_plugin.sync import ProbeVerifier
     from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.lora import LoraSync

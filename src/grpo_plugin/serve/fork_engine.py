@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 
-ENV = "GRPO_VLLM_FORK_ENGINE"
+from grpo_plugin.serverconfig import FORK_ENGINE_ENV as ENV  # the launcher sets it (server/process.py)
+
 ENTRY_POINT = "grpo_plugin_fork_engine"  # its name in pyproject.toml (for VLLM_PLUGINS allow-lists)
 
 

@@ -22,14 +22,15 @@ from pathlib import Path
 import psutil
 
 from grpo_plugin.server.tether import tethered
-
-# Loaded into every vLLM worker: the in-place reload of `grpo.sync: restart` (called via /collective_rpc).
-WORKER_EXTENSION = "grpo_plugin.serve.worker_ext.GRPOWorkerExtension"
-# Added to vLLM's API server (`--middleware`): Atropos's /generate and the policy-version routes (serve/routes.py).
-ROUTES_MIDDLEWARE = "grpo_plugin.serve.routes.grpo_routes"
-
-# Ranks vLLM accepts for --max-lora-rank.
-_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+from grpo_plugin.serverconfig import (
+    FORK_ENGINE_ENV,
+    ROUTES_MIDDLEWARE,
+    WORKER_EXTENSION,
+    cuda_available,
+    lora_rank_for_vllm,
+    trainer_dtype,
+)
+from grpo_plugin.storage import SyncDir
 
 
 class ServerStartError(RuntimeError):
@@ -38,22 +39,6 @@ class ServerStartError(RuntimeError):
 
 class PortInUseError(ServerStartError):
     pass
-
-
-def lora_rank_for_vllm(r: int) -> int:
-    for cand in _VLLM_LORA_RANKS:
-        if cand >= r:
-            return cand
-    raise ValueError(f"lora_r={r} is above the largest rank vLLM supports ({_VLLM_LORA_RANKS[-1]})")
-
-
-def cuda_available() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except Exception:  # pragma: no cover - torch always present in our env
-        return False
 
 
 @dataclass
@@ -171,9 +156,7 @@ class ServerSpec:
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # vLLM-CPU honours `uni` only with this
         if not cuda_available():
             if self.engine_in_one_process:  # the engine process forked, not spawned (serve/fork_engine.py): ~9 s
-                from grpo_plugin.serve import fork_engine  # (a VLLM_PLUGINS allow-list without it: spawned)
-
-                env.setdefault(fork_engine.ENV, "1")
+                env.setdefault(FORK_ENGINE_ENV, "1")  # (a VLLM_PLUGINS allow-list without it: spawned)
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cpu_kv_cache_gb))
             if self.cpu_bind is not None:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_bind
@@ -330,8 +313,6 @@ class VLLMServerProcess:
                                        f"port {self.shares_with.spec.port}, which is not running")
             export = self.shares_with.ipc_dir.path
         elif self.spec.ipc:
-            from grpo_plugin.sync.storage import SyncDir
-
             self.ipc_dir = SyncDir("ipc", self.spec.ipc_root)  # ours; removed by stop()
             export = self.ipc_dir.path
         self.proc = subprocess.Popen(  # noqa: S603
@@ -517,17 +498,3 @@ def spec_from_cfg(cfg, **overrides) -> ServerSpec:
         ipc_gemm=grpo.get("ipc_gemm") or "onednn",
     )
 
-
-def trainer_dtype(cfg) -> str | None:
-    """The dtype axolotl trains in, as vLLM names it (ipc shares one copy, so the server must match); None while
-    axolotl has not resolved `bf16: auto` yet."""
-    resolved = cfg.get("torch_dtype")
-    if resolved is not None:
-        return str(resolved).removeprefix("torch.")
-    if cfg.get("bf16") is True or cfg.get("bfloat16"):
-        return "bfloat16"
-    if cfg.get("fp16") or cfg.get("float16") or cfg.get("load_in_8bit"):
-        return "float16"
-    if cfg.get("bf16") == "auto":
-        return None
-    return "float32"

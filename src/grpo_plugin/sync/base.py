@@ -133,7 +133,7 @@ def explain_rpc_failure(mode: str, msg: str, otherwise: str) -> str:
 
 def extends_ours(qualname: str | None) -> bool:
     """True if the server's worker extension is ours or a subclass of it (e.g. the benchmark's)."""
-    from grpo_plugin.server.process import WORKER_EXTENSION
+    from grpo_plugin.serverconfig import WORKER_EXTENSION
 
     if qualname == WORKER_EXTENSION:
         return True
@@ -155,7 +155,7 @@ def require_worker_extension(client: VLLMServerClient, mode: str, purpose: str) 
     """The worker extension must be there BEFORE the first call: on vLLM 0.32 a collective_rpc of a method the
     workers lack kills the engine (EngineDeadError) instead of answering an error."""
     from grpo_plugin.server.client import ServerError
-    from grpo_plugin.server.process import WORKER_EXTENSION
+    from grpo_plugin.serverconfig import WORKER_EXTENSION
 
     try:
         ext = client.worker_extension()

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from grpo_plugin.server.client import ServerError
+from grpo_plugin.storage import SyncDir
 from grpo_plugin.sync.base import SyncResult
 from grpo_plugin.sync.gate import PolicyGate
-from grpo_plugin.sync.storage import SyncDir
 
 LOG = logging.getLogger("grpo_plugin")
 CONFIG = "adapter_config.json"
