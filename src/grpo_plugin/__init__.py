@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 __all__ = ["GRPOPlugin"]
 
 
-def __getattr__(name):  # lazy: importing grpo_plugin.args must not import axolotl
+def __getattr__(name):  # lazy: importing grpo_plugin.config must not import axolotl
     if name == "GRPOPlugin":
         from grpo_plugin.plugin import GRPOPlugin
 

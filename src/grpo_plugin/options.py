@@ -25,7 +25,7 @@ _WIRED = "tests/unit/test_args.py::test_good_config_is_wired"
 _LOG = "trl.trainer.grpo_trainer.GRPOTrainer.log"
 _REF_SYNC = "trl.trainer.callbacks.SyncRefModelCallback"
 _URLS = "tests/unit/test_server_group.py::test_server_urls_and_num_servers_say_how_many_servers_and_where"
-_CHECK = "grpo_plugin.args.trl_problems"  # REFUSED_WHEN_SET below, or not an axolotl key at all
+_CHECK = "grpo_plugin.config.checks.trl_problems"  # REFUSED_WHEN_SET below, or not an axolotl key at all
 
 # name -> (status, evidence: "; "-separated tests (path::name) and dotted code paths, each checked to exist)
 OPTIONS: dict[str, tuple[str, str]] = {
@@ -82,7 +82,7 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "vllm_gpu_memory_utilization": (REFUSED, _CHECK),
     "vllm_max_model_length": (REFUSED, _CHECK),
     "vllm_tensor_parallel_size": (REFUSED, _CHECK),
-    "vllm_lora_sync": (REFUSED, "grpo_plugin.args.check_cross_keys"),
+    "vllm_lora_sync": (REFUSED, "grpo_plugin.config.checks.check_cross_keys"),
     "vllm_sync_interval": (REFUSED, _CHECK),
     "use_data_producer": (WORKS, _WIRED),
     "async_prefetch": (WORKS, "tests/e2e/test_async_prefetch.py::test_async_prefetch_on_a_managed_server"),
@@ -119,7 +119,8 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "entropy_target": (REFUSED, _CHECK),
     "use_liger_loss": (INHERITED, "trl.trainer.grpo_trainer.GRPOTrainer.compute_loss"),
     "skip_zero_advantage_batches": (
-        WORKS, "grpo_plugin.plugin.GRPOPlugin.register; grpo_plugin.args.check_cross_keys; " + _FAST + "_compute_loss"),
+        WORKS, "grpo_plugin.plugin.GRPOPlugin.register; grpo_plugin.config.checks.check_cross_keys; "
+        + _FAST + "_compute_loss"),
     "vllm_importance_sampling_correction": (
         WORKS, "tests/unit/test_tensorize.py::test_padding_sides_masks_and_logprobs"),
     "vllm_importance_sampling_mode": (INHERITED, _SCORES),

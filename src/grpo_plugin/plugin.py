@@ -15,7 +15,7 @@ SERVE_MODULE = "grpo_plugin.serve"
 
 class GRPOPlugin(BasePlugin):
     def get_input_args(self) -> str:
-        return "grpo_plugin.preflight.GRPOPluginArgs"
+        return "grpo_plugin.config.preflight.GRPOPluginArgs"
 
     def register(self, cfg) -> None:
         """Runs on the raw config before validation (also for `axolotl vllm-serve`). axolotl reads
@@ -23,9 +23,9 @@ class GRPOPlugin(BasePlugin):
         Only defaults are filled in: an explicit conflicting value is left for validation to reject.
         First of all: the installed axolotl / TRL must be a supported stack (a clear error, before any model loads).
         """
-        from grpo_plugin.args import uses_fsdp
         from grpo_plugin.compat.cpu_ranks import allow_cpu_ranks
         from grpo_plugin.compat.host import check_host_versions
+        from grpo_plugin.config.checks import uses_fsdp
 
         check_host_versions()
         # several trainer ranks on a machine without CUDA, as DDP or DeepSpeed (compat/cpu_ranks.py)
@@ -46,7 +46,7 @@ class GRPOPlugin(BasePlugin):
         trl.setdefault("use_data_producer", True)
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             # several ranks: a rank skipping its zero-advantage micro-batch skips the loss's collectives while the
-            # others wait in them (a deadlock; args.py refuses an explicit true)
+            # others wait in them (a deadlock; config/checks.py refuses an explicit true)
             trl.setdefault("skip_zero_advantage_batches", False)
         vllm.setdefault("serve_module", SERVE_MODULE)
         vllm.setdefault("host", "127.0.0.1")
@@ -61,7 +61,7 @@ class GRPOPlugin(BasePlugin):
     def _register_atropos(cfg, trl, atropos: dict) -> None:
         """Rollouts come from Atropos: the environments' scores are the reward, and axolotl's required
         `datasets:` gets a marker (the plugin's load_datasets hook supplies the placeholder prompt rows)."""
-        from grpo_plugin.args import ATROPOS_DATASET_MARKER, ENV_SCORE_REWARD, atropos_batch_size
+        from grpo_plugin.config.checks import ATROPOS_DATASET_MARKER, ENV_SCORE_REWARD, atropos_batch_size
 
         if not trl.get("reward_funcs"):
             trl["reward_funcs"] = [ENV_SCORE_REWARD]

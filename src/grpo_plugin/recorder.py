@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 from transformers import TrainerCallback
 
-from grpo_plugin.args import loaded_cfg
+from grpo_plugin.config.lookups import loaded_cfg
 from grpo_plugin.metrics import (
     MetricsWriter,
     eval_record,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from grpo_plugin.args import GRPOSettings
+    from grpo_plugin.config.schema import GRPOSettings
     from grpo_plugin.producers.rollout import Rollout
     from grpo_plugin.sync.base import SyncResult
     from grpo_plugin.sync.session import SyncSession

@@ -30,10 +30,11 @@ import atexit
 from axolotl.core.trainers.grpo.trainer import AxolotlAsyncGRPOTrainer
 from trl import GRPOTrainer
 
-from grpo_plugin.args import GRPOSettings, current_settings
 from grpo_plugin.checkpoints import save_after_failure
 from grpo_plugin.compat.host import host
 from grpo_plugin.compat.trl_client import without_trl_server_client
+from grpo_plugin.config.lookups import current_settings
+from grpo_plugin.config.schema import GRPOSettings
 from grpo_plugin.probe import SyncVerificationError
 from grpo_plugin.producers import build
 from grpo_plugin.producers.evaluation import EvalGeneration

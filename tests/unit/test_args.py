@@ -8,7 +8,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from grpo_plugin.args import GRPOSettings
+from grpo_plugin.config.schema import GRPOSettings
 from tests.conftest import ROOT, axolotl_load_cfg
 
 
@@ -166,7 +166,7 @@ def _atropos(c: dict, **atropos) -> dict:
 
 
 def test_atropos_config_is_wired(base_cfg, tmp_path):
-    from grpo_plugin.args import ATROPOS_DATASET_MARKER, ENV_SCORE_REWARD
+    from grpo_plugin.config.checks import ATROPOS_DATASET_MARKER, ENV_SCORE_REWARD
 
     cfg = load(_atropos(base_cfg, group_size=2), tmp_path)
     a = cfg.grpo["atropos"]
@@ -214,7 +214,7 @@ def test_bad_atropos_config_names_key_and_fix(base_cfg, tmp_path, mutate, expect
 
 
 def test_every_mode_the_schema_accepts_has_a_builder():
-    from grpo_plugin.args import SYNC_MODES
+    from grpo_plugin.config.schema import SYNC_MODES
     from grpo_plugin.sync import MODES
 
     assert set(MODES) == set(SYNC_MODES)

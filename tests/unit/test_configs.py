@@ -171,7 +171,7 @@ def test_fsdp2_validates_and_fsdp1_and_quantized_bases_are_refused(load):
 
 
 def test_fsdp1_is_refused_by_the_plugin():
-    from grpo_plugin.args import check_cross_keys
+    from grpo_plugin.config.checks import check_cross_keys
 
     with pytest.raises(ValueError, match=r"FSDP version 1 \(the default\): the grpo_plugin gathers FSDP2"):
         check_cross_keys({"rl": "grpo", "grpo": {"sync": "restart"}, "fsdp_config": {"reshard_after_forward": True}})

@@ -63,7 +63,8 @@ def test_deepspeed_ranks_without_cuda_get_gloo_not_a_silent_single_process(monke
 
 
 def test_several_ranks_refuse_what_would_hang_or_race(monkeypatch):
-    from grpo_plugin.args import GRPOSettings, check_cross_keys
+    from grpo_plugin.config.checks import check_cross_keys
+    from grpo_plugin.config.schema import GRPOSettings
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match=r"skip_zero_advantage_batches: true with 2 trainer ranks deadlocks"):

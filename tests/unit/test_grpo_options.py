@@ -17,7 +17,7 @@ import transformers
 import trl
 from axolotl.utils.schemas.trl import TRLConfig
 
-from grpo_plugin.args import check_cross_keys, trl_problems
+from grpo_plugin.config.checks import check_cross_keys, trl_problems
 from grpo_plugin.options import (
     GENERATION_KWARGS_INSTEAD,
     INHERITED,
@@ -227,11 +227,11 @@ def _produce(monkeypatch, *, loaded_trl: dict, args_kwargs=None, **sampling):
     """One rollout through the real LocalRolloutProducer and VLLMServerClient; returns the request body sent."""
     from axolotl.core.trainers.grpo.async_trainer import ProducerConfig
 
-    import grpo_plugin.args
+    import grpo_plugin.config.lookups
     from grpo_plugin.producers.local import LocalRolloutProducer
     from grpo_plugin.sync.gate import PolicyGate
 
-    monkeypatch.setattr(grpo_plugin.args, "loaded_cfg", lambda: {"trl": loaded_trl})
+    monkeypatch.setattr(grpo_plugin.config.lookups, "loaded_cfg", lambda: {"trl": loaded_trl})
     sent = []
 
     def post(path, payload, timeout=None):

@@ -7,8 +7,8 @@ from collections import namedtuple
 
 import pytest
 
-from grpo_plugin import preflight
-from grpo_plugin.preflight import checkpoint_numel, config_problems, reward_func_problem
+from grpo_plugin.config import preflight
+from grpo_plugin.config.preflight import checkpoint_numel, config_problems, reward_func_problem
 
 
 def test_reward_paths_resolve_like_axolotl_or_say_what_is_wrong(tmp_path, monkeypatch):

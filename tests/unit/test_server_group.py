@@ -258,14 +258,14 @@ def test_num_servers_gives_consecutive_ports_and_ipc_servers_map_the_first(monke
 def test_server_settings_refuse_what_cannot_work_saying_why(block, message):
     from pydantic import ValidationError
 
-    from grpo_plugin.args import GRPOSettings
+    from grpo_plugin.config.schema import GRPOSettings
 
     with pytest.raises(ValidationError, match=message):
         GRPOSettings(**block)
 
 
 def test_server_urls_and_num_servers_say_how_many_servers_and_where():
-    from grpo_plugin.args import GRPOSettings
+    from grpo_plugin.config.schema import GRPOSettings
     from grpo_plugin.server.connect import server_urls
 
     args = SimpleNamespace(vllm_server_base_url=None, vllm_server_host="0.0.0.0", vllm_server_port=8000)

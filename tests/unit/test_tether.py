@@ -57,7 +57,7 @@ _LAUNCHER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from grpo_plugin.atropos.launch import Launch
-    from grpo_plugin.args import AtroposSettings
+    from grpo_plugin.config.schema import AtroposSettings
     run = Launch(Path("cfg.yaml"), {"output_dir": sys.argv[1]}, None, [])
     # a command that starts a process in a session of its own (as servers and trainers do) and one plain one
     escaper = ("import os, subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; "

@@ -251,7 +251,7 @@ def with_grace(proc: subprocess.Popen, sig: int, timeout: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grpo_plugin.args import AtroposSettings
+    from grpo_plugin.config.schema import AtroposSettings
 
     ap = argparse.ArgumentParser(prog="python -m grpo_plugin.atropos.launch", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -50,7 +50,7 @@ def placeholder_dataset(cfg):
     from axolotl.common.datasets import TrainDatasetMeta
     from datasets import Dataset
 
-    from grpo_plugin.args import atropos_batch_size
+    from grpo_plugin.config.checks import atropos_batch_size
 
     rows = max(1, atropos_batch_size(cfg))
     return TrainDatasetMeta(train_dataset=Dataset.from_dict({"prompt": ["(rollouts come from Atropos)"] * rows}),
@@ -145,7 +145,7 @@ class AtroposProducer(BaseDataProducer):
             _say(f"resuming at step {global_step}: {len(replay)} spooled batch(es) are trained first "
                  f"(from {root}), then new ones from the run-api")
         self._register(global_step + len(replay))
-        from grpo_plugin.args import loaded_cfg
+        from grpo_plugin.config.lookups import loaded_cfg
 
         self._max_len = self.settings.max_token_len or int(loaded_cfg().get("sequence_len") or 2048)
         self._scale = {True: "group", False: "none"}.get(spec.scale_rewards, spec.scale_rewards)
@@ -162,7 +162,7 @@ class AtroposProducer(BaseDataProducer):
 
     def _register(self, starting_step: int) -> None:
         args = self.args
-        from grpo_plugin.args import loaded_cfg
+        from grpo_plugin.config.lookups import loaded_cfg
 
         cfg = loaded_cfg()
         interval = int(args.save_steps) if self._saving and float(args.save_steps).is_integer() else -1

@@ -144,7 +144,7 @@ def generation_kwargs(args) -> dict:
     0.21) does not pass this key on to TRL's args, so it is read from the config axolotl loaded when they lack it."""
     value = getattr(args, "generation_kwargs", None)
     if not value:
-        from grpo_plugin.args import loaded_cfg
+        from grpo_plugin.config.lookups import loaded_cfg
 
         value = (loaded_cfg().get("trl") or {}).get("generation_kwargs")
     return dict(value or {})

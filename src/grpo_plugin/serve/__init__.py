@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def main(script_args) -> None:
-    from grpo_plugin.args import loaded_cfg
+    from grpo_plugin.config.lookups import loaded_cfg
     from grpo_plugin.server.client import VLLMServerClient
     from grpo_plugin.server.process import Progress, ServerStartError, start_servers
 
@@ -49,7 +49,7 @@ def main(script_args) -> None:
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
     try:
-        servers.extend(start_servers(cfg, **overrides))  # with server_urls, num_servers is 1 (args.py)
+        servers.extend(start_servers(cfg, **overrides))  # with server_urls, num_servers is 1 (config/schema.py)
     except ServerStartError as exc:
         print(f"[grpo_plugin] ERROR: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None

@@ -90,7 +90,7 @@ class IpcSync:
     def prepare(self, handle) -> None:
         """With several trainer ranks (DDP: every rank holds the same weights and takes the same optimizer step),
         rank 0's model is the shared copy and its optimizer step is the write; the other ranks keep their own
-        replicas and never touch the shared file (args.py makes the fence `server` then: another rank may be
+        replicas and never touch the shared file (config/ makes the fence `server` then: another rank may be
         generating while rank 0 writes)."""
         if handle.num_processes > 1 and not handle.is_main:
             return

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from accelerate.utils import broadcast_object_list
 from transformers import TrainerCallback
 
-from grpo_plugin.args import DEFAULT_TOLERANCE, GRPOSettings, loaded_cfg
+from grpo_plugin.config.lookups import DEFAULT_TOLERANCE, loaded_cfg
+from grpo_plugin.config.schema import GRPOSettings
 from grpo_plugin.server.recovery import ServerGuard
 from grpo_plugin.sync import build_weight_sync
 from grpo_plugin.sync.base import ModelHandle, SyncResult

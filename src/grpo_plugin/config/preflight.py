@@ -10,7 +10,7 @@ sync directory (writable; for full-weight modes, room for one copy of the weight
 checkpoint's safetensors headers). Hub ids are left to the hub.
 
 `GRPOPluginArgs` (what axolotl merges into its config model) lives here: the `grpo:` schema and the cross-key
-checks come from args.py, then these checks run, so the dependency points down (preflight -> args).
+checks come from schema.py and checks.py, then these checks run, so the dependency points down.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import Any
 
 from pydantic import BaseModel, model_validator
 
-from grpo_plugin.args import ATROPOS_DATASET_MARKER, GRPOSettings, check_cross_keys
+from grpo_plugin.config.checks import ATROPOS_DATASET_MARKER, check_cross_keys
+from grpo_plugin.config.schema import GRPOSettings
 
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
 TINY_BUILD = "python -m grpo_plugin.tiny --out demo"  # builds ./demo/tiny-qwen2 and ./demo/data (quickstarts)

@@ -1,0 +1,256 @@
+"""Cross-key checks: the rules that need keys outside `grpo:` (trl:, vllm:, the adapter, the sharding backend),
+grouped per mode (ipc, Atropos, sharded training) below the common ones. Each raises ValueError naming the key and
+the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+
+from grpo_plugin.config.schema import LOCAL_HOSTS, _get, server_count
+
+
+def check_cross_keys(data: dict) -> None:
+    """Checks that need keys outside `grpo:`. Raises ValueError naming the key and the fix."""
+    grpo = data.get("grpo")
+    if grpo is None:
+        return
+    sync = _get(grpo, "sync") or "lora_sync"
+    rl = getattr(data.get("rl"), "value", data.get("rl"))
+    if str(rl).lower() != "grpo":
+        raise ValueError(f"grpo: the grpo_plugin needs `rl: grpo` in the config (got rl: {rl!r}).")
+    if sync == "lora_sync" and data.get("adapter") not in ("lora", "qlora"):
+        raise ValueError(
+            "grpo.sync: lora_sync trains a LoRA adapter and hot-swaps it into vLLM, but `adapter:` is "
+            f"{data.get('adapter')!r}. Fix: add `adapter: lora` (with lora_r, lora_alpha, "
+            "lora_target_modules), or choose another grpo.sync mode."
+        )
+    if sync == "restart" and data.get("adapter"):
+        raise ValueError(
+            f"grpo.sync: restart syncs full weights for full fine-tuning, but `adapter: {data.get('adapter')}` "
+            "is set. Fix: use `grpo.sync: lora_sync` to train and hot-swap the adapter, or remove `adapter:`."
+        )
+    if sync == "ipc":
+        _check_ipc(data)
+    if _get(grpo, "atropos") is not None:
+        _check_atropos(data, _get(grpo, "atropos"))
+    _check_sharded(data, sync)
+    trl = data.get("trl") or {}
+    if isinstance(trl, dict):
+        if trl.get("use_vllm") is False:
+            raise ValueError(
+                "trl.use_vllm: false, but the grpo_plugin generates on a vLLM server. Remove "
+                "trl.use_vllm (the plugin sets it) or set it to true."
+            )
+        if trl.get("vllm_mode") not in (None, "server"):
+            raise ValueError(
+                f"trl.vllm_mode: {trl.get('vllm_mode')!r} (TRL's vLLM inside the trainer process) is not supported by "
+                "the grpo_plugin: it generates on a vLLM server (`axolotl vllm-serve`, or grpo.managed_server: true). "
+                "On one GPU, share the GPU with that server: `grpo.sync: ipc` is the plugin's colocated mode (the "
+                "trainer and the server use ONE copy of the weights; its vLLM side has not run on a GPU yet, every "
+                "step is verified: docs/modes.md#ipc-on-cuda), or `lora_sync` / `restart` with "
+                "vllm.gpu_memory_utilization leaving room for the trainer (docs/gpu.md). Remove trl.vllm_mode (the "
+                "plugin sets `server`)."
+            )
+        if trl.get("use_data_producer") is False:
+            raise ValueError(
+                "trl.use_data_producer: false, but the grpo_plugin's trainer runs on axolotl's data-producer "
+                "path. Remove trl.use_data_producer (the plugin sets it)."
+            )
+        ranks = int(os.environ.get("WORLD_SIZE", "1"))
+        if ranks > 1 and trl.get("skip_zero_advantage_batches") is True:
+            raise ValueError(
+                f"trl.skip_zero_advantage_batches: true with {ranks} trainer ranks deadlocks: a rank whose micro-batch "
+                "has only zero advantages skips the loss (and its all-gathers) while the other ranks wait in them "
+                "(axolotl's FastAsyncGRPOTrainer._compute_loss; measured: a 2-rank run hung at step 2). Remove it "
+                "(with several ranks the plugin sets it to false).")
+        if trl.get("vllm_lora_sync"):
+            raise ValueError(
+                "trl.vllm_lora_sync: true is axolotl's built-in LoRA sync; with the grpo_plugin use "
+                "`grpo.sync: lora_sync` instead and remove trl.vllm_lora_sync."
+            )
+        problems = trl_problems(trl)
+        if problems:
+            raise ValueError("the grpo_plugin cannot honour these trl: keys (docs/config.md lists every one):\n  - "
+                             + "\n  - ".join(problems))
+
+
+def trl_problems(trl: dict) -> list[str]:
+    """`trl:` keys the plugin would otherwise ignore or break on, each with why and what to use instead (the reasons
+    are data: options.py)."""
+    from axolotl.utils.schemas.trl import TRLConfig
+
+    from grpo_plugin.options import (
+        GENERATION_KWARGS_INSTEAD,
+        LOSS_TYPES,
+        NOT_AXOLOTL_KEYS_INSTEAD,
+        REFUSED_WHEN_SET,
+    )
+    from grpo_plugin.server.client import GENERATE_FIELDS
+
+    known = list(TRLConfig.model_fields)
+    problems = []
+    for key in sorted(set(trl) - set(known), key=str):
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = (f" Instead: {NOT_AXOLOTL_KEYS_INSTEAD[key]}." if key in NOT_AXOLOTL_KEYS_INSTEAD
+                else f" Did you mean trl.{close[0]}?" if close else "")
+        problems.append(f"trl.{key}: not a key of axolotl's `trl:` block, which would drop it silently (TRL's "
+                        f"default would apply).{hint}")
+    for key, (off, why) in REFUSED_WHEN_SET.items():
+        if key in trl and trl[key] not in off:
+            problems.append(f"trl.{key}: {trl[key]!r}: {why}")
+    loss = trl.get("loss_type")
+    if loss is not None and loss not in LOSS_TYPES:
+        problems.append(f"trl.loss_type: {loss!r} is not a loss axolotl's GRPO loss implements (AsyncGRPOTrainer."
+                        f"_compute_loss, which replaces TRL's): {', '.join(LOSS_TYPES)}. The run would stop at its "
+                        "first step (`Unknown loss type`). Use one of those.")
+    extra = trl.get("generation_kwargs")
+    for key in sorted(set(extra) & set(GENERATE_FIELDS) if isinstance(extra, dict) else ()):
+        problems.append(f"trl.generation_kwargs.{key}: the plugin sets `{key}` in every generation request itself "
+                        f"({GENERATION_KWARGS_INSTEAD[key]}). Remove it from trl.generation_kwargs.")
+    return problems
+
+
+def _check_ipc(data: dict) -> None:
+    """What one shared copy of the weights cannot do, each with the reason and the way out."""
+    vllm = data.get("vllm") or {}
+    vllm_get = (lambda k: vllm.get(k)) if isinstance(vllm, dict) else (lambda k: getattr(vllm, k, None))
+    problems = []
+    if data.get("adapter"):
+        problems.append(
+            f"`adapter: {data.get('adapter')}`: ipc shares the full weights for full fine-tuning (sharing a frozen "
+            "base under a LoRA adapter is not supported yet). Use `grpo.sync: lora_sync` for adapters, or remove "
+            "`adapter:`.")
+    for key in ("load_in_8bit", "load_in_4bit", "gptq"):
+        if data.get(key):
+            problems.append(f"`{key}: true`: quantized base weights cannot be trained in place. Remove {key}.")
+    host = str(vllm_get("host") or "127.0.0.1")
+    if host not in LOCAL_HOSTS:
+        problems.append(f"`vllm.host: {host}`: the server must run on this machine (the weights are one "
+                        "shared-memory file). Use 127.0.0.1, or grpo.sync: restart / lora_sync for a remote server.")
+    for key in ("tensor_parallel_size", "data_parallel_size"):
+        if int(vllm_get(key) or 1) > 1:
+            problems.append(f"`vllm.{key}: {vllm_get(key)}`: ipc shares the weights of ONE vLLM worker "
+                            f"(>1 splits or replicates them). Set vllm.{key}: 1, or use grpo.sync: restart.")
+    from grpo_plugin.serverconfig import cuda_available, trainer_dtype
+
+    servers = server_count(data.get("grpo"))
+    if servers > 1 and cuda_available():
+        problems.append(f"{servers} servers: on CUDA ipc shares one GPU's weights with one server (several servers "
+                        "mapping one GPU copy is built only for vLLM-CPU). Use one server, or grpo.sync: restart / "
+                        "lora_sync with several.")
+    want = trainer_dtype(data)
+    have = vllm_get("dtype")
+    aliases = {"bfloat16": ("bfloat16", "bf16"), "float16": ("float16", "fp16", "half"), "float32": ("float32",
+                                                                                                      "fp32", "float")}
+    if want and have not in (None, "auto") and str(have).removeprefix("torch.") not in aliases.get(want, (want,)):
+        problems.append(f"`vllm.dtype: {have}` but the trainer trains in {want}: one shared copy has one dtype. "
+                        "Remove vllm.dtype (the plugin passes the trainer's dtype) or change the precision keys.")
+    if data.get("deepspeed") or uses_fsdp(data):
+        problems.append("`deepspeed` / `fsdp`: ipc needs the trainer's parameters to stay views of the ONE shared "
+                        "copy; DeepSpeed flattens them (ZeRO-1/2) or splits them across ranks (ZeRO-3), FSDP shards "
+                        "them — a gathered copy would be the second copy ipc exists to avoid. Remove them: ipc runs "
+                        "one process or DDP ranks (docs/scaling.md); for ZeRO-3 use restart or lora_sync.")
+    if problems:
+        raise ValueError("grpo.sync: ipc cannot be used with this config:\n  - " + "\n  - ".join(problems))
+
+
+# The reward function the plugin names for Atropos runs: it hands the environments' scores to axolotl's reward
+# path (metrics, logs); the advantages come from the producer (producers/atropos.py).
+ENV_SCORE_REWARD = "grpo_plugin.producers.atropos.env_score"
+# axolotl requires `datasets:`; for Atropos runs the plugin fills in this marker (prompts come from the envs).
+ATROPOS_DATASET_MARKER = "grpo_plugin: rollouts come from Atropos environments"
+
+
+def atropos_batch_size(data) -> int:
+    """Sequences per optimizer step and trainer process: micro_batch_size x gradient_accumulation_steps."""
+    return int(_get(data, "micro_batch_size") or 1) * int(_get(data, "gradient_accumulation_steps") or 1)
+
+
+def _check_atropos(data: dict, atropos) -> None:
+    """What an Atropos-fed run cannot have, each with the reason and the way out (one message for all)."""
+    from urllib.parse import urlparse
+
+    problems = []
+    trl = data.get("trl") or {}
+    trl_get = (lambda k: trl.get(k)) if isinstance(trl, dict) else (lambda k: getattr(trl, k, None))
+    funcs = trl_get("reward_funcs") or []
+    if list(funcs) not in ([], [ENV_SCORE_REWARD]):
+        problems.append(f"`trl.reward_funcs: {list(funcs)}`: with grpo.atropos the environments score the rollouts. "
+                        "Remove trl.reward_funcs (score in the environment instead).")
+    datasets = data.get("datasets") or []
+    paths = [d.get("path") if isinstance(d, dict) else getattr(d, "path", None) for d in datasets]
+    if any(p != ATROPOS_DATASET_MARKER for p in paths):
+        problems.append("`datasets:` would be ignored: with grpo.atropos the prompts come from the environments. "
+                        "Remove datasets (give the environment its data instead).")
+    if not data.get("max_steps") or int(data.get("max_steps")) < 1:
+        problems.append("`max_steps` is required with grpo.atropos (the data stream has no length; it is also "
+                        "the run-api's num_steps).")
+    group = _get(atropos, "group_size")
+    batch = atropos_batch_size(data)
+    if group and batch % int(group):
+        problems.append(f"micro_batch_size x gradient_accumulation_steps = {batch} sequences per step is not a "
+                        f"multiple of grpo.atropos.group_size {group}: the run-api only forms batches of whole "
+                        "groups, so /batch would never return one. Change micro_batch_size.")
+    gens = trl_get("num_generations")
+    if gens and batch % int(gens):
+        problems.append(f"trl.num_generations {gens} does not divide the {batch} sequences per step. Remove "
+                        "trl.num_generations (with grpo.atropos the plugin sets it to the group size).")
+    vllm = data.get("vllm") or {}
+    vllm_get = (lambda k: vllm.get(k)) if isinstance(vllm, dict) else (lambda k: getattr(vllm, k, None))
+    api = urlparse(str(_get(atropos, "url") or "http://127.0.0.1:8000"))
+    local = {"127.0.0.1", "localhost", "0.0.0.0", "::1", ""}
+    vhost, vport = str(vllm_get("host") or "127.0.0.1"), int(vllm_get("port") or 8000)
+    if api.port == vport and (api.hostname == vhost or {api.hostname, vhost} <= local):
+        problems.append(f"grpo.atropos.url {_get(atropos, 'url')} and the vLLM server (vllm.port {vport}) use the "
+                        "same port. Move one of them (e.g. `vllm: {port: 8001}`).")
+    if problems:
+        raise ValueError("grpo.atropos cannot be used with this config:\n  - " + "\n  - ".join(problems))
+
+
+def _check_sharded(data: dict, sync) -> None:
+    """FSDP (2 only) and ZeRO-3: what the plugin's gathered push (sync/ranks.py) does not cover, refused saying why."""
+    fsdp = uses_fsdp(data)
+    zero3 = _zero_stage(data) == 3
+    if not (fsdp or zero3):
+        return
+    if data.get("load_in_4bit") or data.get("load_in_8bit") or data.get("adapter") == "qlora":
+        raise ValueError(
+            f"a quantized base (QLoRA / load_in_4bit / load_in_8bit) with {'FSDP' if fsdp else 'DeepSpeed ZeRO-3'}: "
+            "not supported — the server is given the trainer's dequantized base, read from a full copy the sharded "
+            "trainer does not have. Use DDP or ZeRO-1/2 for QLoRA (docs/scaling.md).")
+    if not fsdp:
+        return
+    conf = data.get("fsdp_config") if isinstance(data.get("fsdp_config"), dict) else {}
+    version = data.get("fsdp_version") or conf.get("fsdp_version") or conf.get("version")
+    if str(version) != "2":
+        raise ValueError(f"FSDP version {version or '1 (the default)'}: the grpo_plugin gathers FSDP2's weights "
+                         "(torch's full state dict) only. Set `fsdp_version: 2`.")
+
+
+def _zero_stage(data: dict) -> int | None:
+    """The ZeRO stage of the `deepspeed:` config (a dict or a JSON file), None without one or if unreadable."""
+    ds = data.get("deepspeed")
+    if not ds:
+        return None
+    if isinstance(ds, dict):
+        conf = ds
+    else:
+        import json
+        from pathlib import Path
+
+        try:
+            conf = json.loads(Path(str(ds)).read_text())
+        except (OSError, ValueError):
+            return None  # axolotl reports a missing or broken file itself
+    stage = (conf.get("zero_optimization") or {}).get("stage")
+    try:
+        return int(stage)
+    except (TypeError, ValueError):
+        return None
+
+
+def uses_fsdp(data) -> bool:
+    """The config shards with FSDP (`fsdp`, `fsdp_config` or `fsdp_version`)."""
+    return bool(data.get("fsdp") or data.get("fsdp_config") or data.get("fsdp_version"))

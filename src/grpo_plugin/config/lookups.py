@@ -1,0 +1,21 @@
+"""Runtime lookups: the config axolotl loaded in this process, and values read at run time from it."""
+
+from __future__ import annotations
+
+from grpo_plugin.config.schema import GRPOSettings
+
+# Tolerance of the post-sync probe: mean |logprob_vLLM - logprob_trainer| over the probe tokens.
+DEFAULT_TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 1e-2}
+
+
+def loaded_cfg() -> dict:
+    """The validated config axolotl loaded in this process (set by axolotl after validation)."""
+    from axolotl.integrations.base import PluginManager
+
+    return PluginManager.get_instance().cfg or {}
+
+
+def current_settings() -> GRPOSettings:
+    """The validated `grpo:` block of the config axolotl loaded in this process."""
+    block = loaded_cfg().get("grpo")
+    return GRPOSettings(**(dict(block) if block else {}))
