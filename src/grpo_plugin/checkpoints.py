@@ -121,6 +121,6 @@ def save_after_failure(trainer) -> str:
         return f"Saving step {step} to {path} failed as well: {type(exc).__name__}: {exc}"
     LOG.warning("grpo_plugin: saved step %d to %s before stopping", step, path)
     return (f"Nothing trained is lost: step {step} (weights, optimizer and trainer state) was saved to {path}. "
-            f"To continue, bring the vLLM server back and run `axolotl train` again with "
+            f"To continue, bring the vLLM server (or the Atropos run-api) back and run `axolotl train` again with "
             f"`resume_from_checkpoint: {path}` (or `auto_resume_from_checkpoints: true`); the resumed run "
             "pushes these weights to the server and verifies them before its first rollout.")

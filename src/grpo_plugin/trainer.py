@@ -30,6 +30,7 @@ import atexit
 from axolotl.core.trainers.grpo.trainer import AxolotlAsyncGRPOTrainer
 from trl import GRPOTrainer
 
+from grpo_plugin.atropos.fetcher import AtroposTimeout
 from grpo_plugin.checkpoints import save_after_failure
 from grpo_plugin.compat.host import host
 from grpo_plugin.compat.trl_client import without_trl_server_client
@@ -175,12 +176,12 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         super().log(logs, *args, **kwargs)
 
     def train(self, *args, **kwargs):
-        """A run stopped by its server or a sync (server lost for good, a push that does not verify, a server
-        error) saves what it trained first; the error keeps its type and gains a note saying where and how to
-        resume. A run that ends closes its producer and weight sync."""
+        """A run stopped by its server, a sync (a push that does not verify, a server error) or its run-api (no
+        Atropos batch within wait_timeout) saves what it trained first; the error keeps its type and gains a note
+        saying where and how to resume. A run that ends closes its producer and weight sync."""
         try:
             output = super().train(*args, **kwargs)
-        except (ServerUnrecoverable, ServerError, SyncError, SyncVerificationError) as exc:
+        except (ServerUnrecoverable, ServerError, SyncError, SyncVerificationError, AtroposTimeout) as exc:
             exc.add_note(save_after_failure(self))
             raise
         self.close()
