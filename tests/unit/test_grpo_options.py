@@ -28,6 +28,7 @@ from grpo_plugin.options import (
     REFUSED_WHEN_SET,
     WORKS,
 )
+from grpo_plugin.producers.rollout import record_of
 from grpo_plugin.server.client import GENERATE_FIELDS, VLLMServerClient
 from tests.conftest import ROOT
 
@@ -259,7 +260,7 @@ def _produce(monkeypatch, *, loaded_trl: dict, args_kwargs=None, **sampling):
     producer._prompt_dl = [[{"prompt": "ab"}] * 2 + [{"prompt": "abc"}] * 2]
     producer._prompt_iter = iter(producer._prompt_dl)
     rollout = producer.produce(None, 0)._data
-    assert rollout["_grpo_policy_version"] == 0
+    assert record_of(rollout).policy_version == 0
     assert rollout["completion_ids"].tolist() == [[5, 9]] * 4 and rollout["completion_mask"].sum() == 8
     assert torch.allclose(rollout["sampling_per_token_logps"], torch.tensor([[-0.5, -0.25]] * 4))
     assert [path for path, _ in sent] == ["/v1/completions"]

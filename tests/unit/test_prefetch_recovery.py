@@ -10,6 +10,7 @@ import torch
 from axolotl.core.trainers.grpo.async_trainer import ProducerConfig, RolloutDataset
 
 from grpo_plugin.producers.prefetch import PrefetchingProducer
+from grpo_plugin.producers.rollout import ROLLOUT_KEY, Rollout, record_of
 
 
 class _Inner:
@@ -26,7 +27,7 @@ class _Inner:
         if global_step in self.fail_steps:
             self.fail_steps.discard(global_step)
             raise self.error
-        return RolloutDataset({"x": torch.tensor([float(global_step)])})
+        return RolloutDataset({"x": torch.tensor([float(global_step)]), ROLLOUT_KEY: Rollout(wait_ms=0.0)})
 
 
 class _Guard:
@@ -47,7 +48,7 @@ def _steps(producer, n):
     out = []
     for step in range(n):
         ds = producer.produce(None, step)
-        assert ds._data["_grpo_wait_ms"] >= 0
+        assert record_of(ds._data).wait_ms >= 0
         out.append(int(ds._data["x"][0]))
     producer.shutdown()
     return out

@@ -3,10 +3,11 @@ and what a rollout's record adds (the trainer feeds the recorder these calls on 
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from grpo_plugin.metrics import STEP_FIELDS
-from grpo_plugin.producers.rollout import AtroposBatch, PolicyLag, Rollout, record_of
+from grpo_plugin.producers.rollout import ROLLOUT_KEY, AtroposBatch, PolicyLag, Rollout, record_of
 from grpo_plugin.recorder import StepRecorder, atropos_summary
 from grpo_plugin.sync.base import SyncResult
 
@@ -65,9 +66,11 @@ def test_rewards_and_advantages_stay_axolotls_without_the_producers_own():
     assert rewards.tolist() == [1.0, 2.0] and data["advantages"].tolist() == [1.0, 1.0]
 
 
-def test_a_local_rollouts_keys_become_its_record_once():
-    data = {"_grpo_wait_ms": 3.0, "_grpo_generate_ms": 4.0, "_grpo_policy_version": 2, "_grpo_server_rows": [8],
-            "completion_ids": torch.zeros(8, 2)}
-    record = record_of(data)
-    assert (record.wait_ms, record.generate_ms, record.policy_version, record.server_rows) == (3.0, 4.0, 2, [8])
-    assert record_of(data) is record and not any(k.startswith("_grpo_") and k != "_grpo_rollout" for k in data)
+def test_a_rollout_carries_its_record_under_one_key():
+    record = Rollout(wait_ms=3.0, generate_ms=4.0, policy_version=2, server_rows=[8])
+    data = {ROLLOUT_KEY: record, "completion_ids": torch.zeros(8, 2)}
+    assert record_of(data) is record
+    with pytest.raises(KeyError, match="without its record"):
+        record_of({"completion_ids": torch.zeros(8, 2)})
+
+

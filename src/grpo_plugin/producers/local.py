@@ -6,7 +6,7 @@ axolotl's trainer then computes rewards (`trl.reward_funcs`), group advantages, 
 vLLM importance-sampling ratio on the main thread, and TRL's loss trains on it.
 
 Every generation holds a lease on the policy gate (sync/gate.py): it samples with the version the lease pins
-(recorded in the rollout as `_grpo_policy_version`) and, for a rollout to be trained at step g, waits until the
+(recorded in the rollout's record, producers/rollout.py) and, for a rollout to be trained at step g, waits until the
 server holds at least version g - `grpo.max_policy_lag`. With `trl.async_prefetch` this runs in axolotl's
 background thread (producers/prefetch.py); the same code runs on the main thread otherwise.
 
@@ -24,6 +24,7 @@ from axolotl.core.trainers.grpo.async_trainer import GRPODataProducer, RolloutDa
 from trl.data_utils import is_conversational
 
 from grpo_plugin.producers.completion_tensors import rollout_tensors
+from grpo_plugin.producers.rollout import ROLLOUT_KEY, Rollout
 from grpo_plugin.server.group import replicas_of
 
 
@@ -107,11 +108,9 @@ class LocalRolloutProducer(GRPODataProducer):
             "_deferred_completion_ids_list": completion_ids,
             "_rank0_only": False,
             # read by the trainer when it consumes this rollout (main thread): which weights sampled it, how long
-            # generating took, how long the trainer waited for it (the prefetcher replaces the last)
-            "_grpo_policy_version": version,
-            "_grpo_generate_ms": rollout_ms,
-            "_grpo_wait_ms": rollout_ms,
-            "_grpo_server_rows": server_rows,
+            # generating took, how long the trainer waited for it (the prefetcher replaces the wait)
+            ROLLOUT_KEY: Rollout(wait_ms=rollout_ms, generate_ms=rollout_ms, policy_version=version,
+                                 server_rows=server_rows),
         }
         if threading.current_thread() is threading.main_thread():
             sum_items_over_ranks(output, trainer.accelerator)

@@ -2,7 +2,7 @@
 thread while the trainer trains on the current one (`trl.prefetch_depth` of them ahead).
 
 What this subclass adds for the plugin:
-- the time the trainer really WAITED for a rollout (`_grpo_wait_ms`), not the time generating it took;
+- the time the trainer really WAITED for a rollout (its record's `wait_ms`), not the time generating it took;
 - a server lost under a prefetched rollout is recovered on the main thread: the background thread never
   restarts the server nor reads the trainer's weights (the optimizer may be writing them). The queued rollouts are
   dropped (they may have been sampled by the lost server), the guard restarts the server and restores the
@@ -19,6 +19,7 @@ import time
 from axolotl.core.trainers.grpo.async_trainer import AsyncDataProducer
 
 from grpo_plugin.producers.local import ITEMS_LOCAL, sum_items_over_ranks
+from grpo_plugin.producers.rollout import record_of
 
 
 class PrefetchingProducer(AsyncDataProducer):
@@ -53,7 +54,7 @@ class PrefetchingProducer(AsyncDataProducer):
         self._outages_seen = len(self.guard.outages)
         if dataset._data.get(ITEMS_LOCAL) and kwargs.get("accelerator") is not None:
             sum_items_over_ranks(dataset._data, kwargs["accelerator"])
-        dataset._data["_grpo_wait_ms"] = (time.perf_counter() - t0) * 1e3
+        record_of(dataset._data).wait_ms = (time.perf_counter() - t0) * 1e3
         return dataset
 
     def drop_queue(self) -> None:

@@ -17,9 +17,6 @@ from dataclasses import dataclass
 import torch
 
 ROLLOUT_KEY = "_grpo_rollout"
-# producers/local.py still writes its record as these four keys (its generation options are being reworked beside
-# this); `record_of` makes them the record
-_LOCAL_KEYS = ("_grpo_wait_ms", "_grpo_generate_ms", "_grpo_policy_version", "_grpo_server_rows")
 TEMPERATURES = "temperatures"  # per-row sampling temperatures (Atropos): each row is scored at its own
 
 
@@ -76,8 +73,8 @@ class Rollout:
 
 
 def record_of(data: dict) -> Rollout:
-    """The rollout's record, kept in `data` under ROLLOUT_KEY (made from producers/local.py's four keys)."""
-    if ROLLOUT_KEY not in data:
-        wait_ms, generate_ms, version, rows = (data.pop(k, None) for k in _LOCAL_KEYS)
-        data[ROLLOUT_KEY] = Rollout(wait_ms=wait_ms, generate_ms=generate_ms, policy_version=version, server_rows=rows)
-    return data[ROLLOUT_KEY]
+    """The rollout's record, kept in `data` under ROLLOUT_KEY by every producer."""
+    try:
+        return data[ROLLOUT_KEY]
+    except KeyError:
+        raise KeyError(f"a rollout without its record ({ROLLOUT_KEY}): every producer puts one there") from None
