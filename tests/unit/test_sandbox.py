@@ -395,3 +395,31 @@ def test_no_module_with_an_at_fork_handler_is_loaded_in_the_fork_server(sandbox)
     assert res.passed == [True, True], res
 
 
+
+
+def test_a_virtualenv_under_tmp_stays_visible_in_the_jail():
+    """The jail mounts its own /tmp: paths it binds from under the host's /tmp (a virtualenv there, its
+    site-packages) must still be there inside, or every program importing from them fails."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from grpo_plugin.sandbox.jail import Jail
+
+    d = Path(tempfile.mkdtemp(prefix="grpo-venv-", dir="/tmp"))
+    try:
+        d.chmod(0o755)
+        (d / "marker.txt").write_text("site-packages here\n")
+        (d / "marker.txt").chmod(0o644)
+        jail = Jail.for_this_interpreter(str(Path(__file__).parent), 16)
+        jail.readable.append(str(d))
+        jail.prepare_identities()
+        try:
+            cmd, fds = jail.command(["/bin/cat", str(d / "marker.txt")])
+            out = subprocess.run(cmd, pass_fds=fds, capture_output=True, text=True, timeout=60)
+        finally:
+            jail.close()
+        assert out.returncode == 0 and out.stdout == "site-packages here\n", out.stderr
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

@@ -159,6 +159,9 @@ class Jail:
         if self.userns_fd >= 0:
             for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL"):
                 cmd += ["--cap-add", cap]
+        # /tmp, /proc and /dev first: what is bound below comes on top of them (a virtualenv under /tmp stays
+        # visible; mounted after the binds, the /tmp tmpfs hid it and every import of its site-packages failed)
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--tmpfs", "/tmp"]
         made: set[str] = set()
         for path in self.readable:  # the directories above a bound one, traversable by every user of the jail
             parts = Path(path).parts
@@ -174,7 +177,6 @@ class Jail:
             if os.path.exists(etc):
                 cmd += ["--ro-bind", etc, etc]
         cmd += ["--perms", "0755", "--dir", "/grpo", "--ro-bind", self.script_dir, SCRIPT_DIR,
-                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
                 "--size", str(self.scratch_mb << 20), "--perms", "0755", "--tmpfs", SCRATCH, "--chdir", SCRATCH,
                 "--setenv", "LD_BIND_NOW", "1", "--", *argv]
         return cmd, fds
