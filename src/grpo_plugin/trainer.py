@@ -87,9 +87,6 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             model=lambda: self.model, optimizer=lambda: self.optimizer))
         atexit.register(self.close)
 
-    @property
-    def guard(self):  # producers/local.py still reads it off the trainer
-        return self.sync.guard
 
     # ---- rollouts ------------------------------------------------------------------------------
     def _create_data_producer(self, args, train_dataset):

@@ -248,14 +248,14 @@ def _produce(monkeypatch, *, loaded_trl: dict, args_kwargs=None, **sampling):
     gate.publish(0, "policy-v0")
     trainer = SimpleNamespace(
         _tokenize_prompts=lambda prompts: ([[1, 2, len(p)] for p in prompts], None, {}),
-        guard=SimpleNamespace(run=lambda what, fn, **kw: fn()),
         processing_class=_Tok(), pad_token_id=0, eos_token_id=9, mask_truncated_completions=True,
         accelerator=SimpleNamespace(device="cpu", num_processes=1),
         args=SimpleNamespace(generation_kwargs=args_kwargs), **sampling)
     producer = LocalRolloutProducer(
         config=ProducerConfig(), prompt_dataset=[], num_generations=sampling["num_generations"],
         generation_batch_size=4, train_batch_size=4, steps_per_generation=1, shuffle_dataset=False, seed=0,
-        client=client, gate=gate, max_policy_lag=1, lag_timeout=5.0)
+        client=client, gate=gate, guard=SimpleNamespace(run=lambda what, fn, **kw: fn()), max_policy_lag=1,
+        lag_timeout=5.0)
     producer._trainer = trainer
     producer._prompt_dl = [[{"prompt": "ab"}] * 2 + [{"prompt": "abc"}] * 2]
     producer._prompt_iter = iter(producer._prompt_dl)

@@ -41,6 +41,7 @@ def build_producer(args, train_dataset, settings, spec: GenerationSpec, *, host)
         seed=args.seed,
         client=spec.client,
         gate=spec.gate,
+        guard=spec.guard,
         max_policy_lag=settings.policy_lag_bound,
         lag_timeout=LAG_WAIT_S,
     )

@@ -31,10 +31,12 @@ from grpo_plugin.server.group import replicas_of
 class LocalRolloutProducer(GRPODataProducer):
     """Generates each rollout on the vLLM server with the model the current WeightSync serves."""
 
-    def __init__(self, *args, client, gate, max_policy_lag: int, lag_timeout: float, **kwargs):
+    def __init__(self, *args, client, gate, guard, max_policy_lag: int, lag_timeout: float, **kwargs):
+        """`guard`: the run's ServerGuard (server/recovery.py); a rollout that loses the server goes through it."""
         super().__init__(*args, **kwargs)
         self.client = client
         self.gate = gate
+        self.guard = guard
         self.max_policy_lag = max_policy_lag
         self.lag_timeout = lag_timeout
         self._generation_kwargs: dict | None = None
@@ -75,7 +77,7 @@ class LocalRolloutProducer(GRPODataProducer):
 
         # through the trainer's ServerGuard: on the main thread a lost server is brought back with the current
         # weights and the rollout generated again; in the prefetch thread the failure reaches the main thread
-        version, groups = trainer.guard.run("rollout", generate)
+        version, groups = self.guard.run("rollout", generate)
         rollout_ms = (time.perf_counter() - t0) * 1e3
         completions_flat = [c for group in groups for c in group]
         completion_ids = [c.token_ids for c in completions_flat]
