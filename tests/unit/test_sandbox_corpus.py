@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from grpo_plugin.sandbox.verdicts import outputs_match
+
 HAS_NUMPY = importlib.util.find_spec("numpy") is not None
 
 
@@ -1933,20 +1935,6 @@ if HAS_NUMPY:
 PLAIN_TIMEOUT_S = 30
 
 
-def _same_tokens(actual: str, expected: str, tol: float = 1e-6) -> bool:
-    a, e = actual.split(), expected.split()
-    if len(a) != len(e):
-        return False
-    for x, y in zip(a, e):
-        if x == y:
-            continue
-        try:
-            fx, fy = float(x), float(y)
-        except ValueError:
-            return False
-        if abs(fx - fy) > tol * max(1.0, abs(fy)):
-            return False
-    return True
 
 
 def _callee(code: str, fn: str) -> str:
@@ -1995,7 +1983,7 @@ def _plain_test(entry: Entry, code: str, k: int) -> bool:
             return False
     if out.returncode != 0:
         return False
-    return entry.fmt != "stdio" or _same_tokens(out.stdout, test[1])
+    return entry.fmt != "stdio" or outputs_match(out.stdout, test[1])
 
 
 def _suite(entry: Entry, code: str):
