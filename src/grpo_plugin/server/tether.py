@@ -90,16 +90,12 @@ def _reap() -> None:
 def end_tree(grace: float = KEEP_GRACE_S) -> None:
     """SIGTERM every process below this one, SIGKILL what is left after `grace` seconds; collect them all."""
     me = os.getpid()
-    _signal_all(_descendants(me), signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while _descendants(me) and time.monotonic() < deadline:
-        _reap()
-        time.sleep(0.05)
-    _signal_all(_descendants(me), signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while _descendants(me) and time.monotonic() < deadline:
-        _reap()
-        time.sleep(0.02)
+    for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        _signal_all(_descendants(me), sig)
+        deadline = time.monotonic() + wait_s
+        while _descendants(me) and time.monotonic() < deadline:
+            _reap()  # ours (the command, orphans re-parented to us) are collected here; a zombie still counts
+            time.sleep(0.05)
     _reap()
 
 
