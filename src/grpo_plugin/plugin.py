@@ -23,11 +23,13 @@ class GRPOPlugin(BasePlugin):
         Only defaults are filled in: an explicit conflicting value is left for validation to reject.
         First of all: the installed axolotl / TRL must be a supported stack (a clear error, before any model loads).
         """
+        from grpo_plugin.compat.collector import freeze_at_exit
         from grpo_plugin.compat.cpu_ranks import allow_cpu_ranks
         from grpo_plugin.compat.host import check_host_versions
         from grpo_plugin.config.checks import uses_fsdp
 
         check_host_versions()
+        freeze_at_exit()  # the process ends in ~2 s, not after ~15 s of final garbage collection
         # several trainer ranks on a machine without CUDA, as DDP or DeepSpeed (compat/cpu_ranks.py)
         allow_cpu_ranks(deepspeed=bool(cfg.get("deepspeed")), fsdp=uses_fsdp(cfg))
         if cfg.get("grpo") is None:
@@ -80,6 +82,10 @@ class GRPOPlugin(BasePlugin):
         return placeholder_dataset(cfg)
 
     def pre_model_load(self, cfg) -> None:
+        from grpo_plugin.compat.collector import freeze_loaded
+
+        # the host's imports are done: its collections after each model load skip them (compat/collector.py)
+        freeze_loaded()
         # Start the managed server as early as possible: it boots while axolotl loads the model.
         grpo = cfg.get("grpo") or {}
         # One server per run: with several trainer processes only global rank 0 starts it (the others wait

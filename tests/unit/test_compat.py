@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import subprocess
 import sys
 import tomllib
@@ -86,3 +87,24 @@ def test_pyproject_agrees_with_the_table_and_has_no_axolotl_entry_point():
     # axolotl 0.21 runs the register(cfg) of every `axolotl.plugins` entry point for EVERY config; ours sets
     # trainer_cls, so it must only run when a config lists the plugin
     assert "axolotl.plugins" not in project.get("entry-points", {})
+
+
+def test_the_plugin_freezes_the_collector_as_the_processs_last_exit_step():
+    """GRPOPlugin.register() makes gc.freeze() the last exit step (compat/quick_exit.py): the host's exit handlers,
+    registered after it, still run before it with the collector untouched; only the teardown that follows sees a
+    frozen heap (the ~15 s final collection of a trainer process skipped)."""
+    code = """if True:
+        import atexit, gc
+        start = gc.get_freeze_count()  # (the interpreter's own start-up may freeze a few hundred)
+        atexit.register(lambda: print("teardown sees frozen objects:", gc.get_freeze_count() > start, flush=True))
+        from grpo_plugin.plugin import GRPOPlugin
+        GRPOPlugin().register({})
+        GRPOPlugin().register({})  # registered once per process, however often the host calls register()
+        atexit.register(lambda: print("host handler sees frozen objects:", gc.get_freeze_count() > start,
+                                      flush=True))
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "AXOLOTL_DO_NOT_TRACK": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [x for x in out.stdout.splitlines() if "sees frozen" in x]
+    assert lines == ["host handler sees frozen objects: False", "teardown sees frozen objects: True"], out.stdout
