@@ -18,7 +18,7 @@ from tests.e2e.test_axolotl_train import gone, managed_pid, quickstart, train
 from tests.e2e.test_server_faults import _assert_complete_and_verified, _train_killing_the_server_at
 
 pytestmark = pytest.mark.e2e
-STEPS = 30
+STEPS = 20  # the tiny task's reward takes off around steps 3-10
 
 
 def _check_async(cfg, log: str, steps: int, *, bound: int = 1, learns: bool = True) -> None:

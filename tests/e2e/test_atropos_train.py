@@ -76,7 +76,7 @@ def assert_everything_stopped(log: str) -> None:
 
 def test_quickstart_learns_from_an_atropos_env_with_every_sync_verified(tmp_path, tiny_model_dir, tiny_data_file,
                                                                        cache_env):
-    steps = 30
+    steps = 20  # the tiny task's reward takes off around steps 5-10
     path, cfg = atropos_config(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps)
     proc = launch(path)
     log = proc.stdout + proc.stderr

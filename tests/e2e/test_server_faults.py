@@ -127,30 +127,30 @@ def _assert_complete_and_verified(cfg, steps: int, outages: int) -> list[dict]:
 
 def test_lora_sync_survives_a_killed_and_a_hung_managed_server(tmp_path, tiny_model_dir, tiny_data_file,
                                                                  cache_env):
-    """kill -9 at step 6, SIGSTOP at step 16: both recovered (restart, adapter re-pushed, probe), 30/30 steps,
+    """kill -9 at step 5, SIGSTOP at step 12: both recovered (restart, adapter re-pushed, probe), 20/20 steps,
     reward still rising."""
-    steps = 30
+    steps = 20
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
                            grpo={"server_hang_timeout": 10, "server_timeout": 240})
     log = tmp_path / "train.log"
     proc = _start_train(path, log)
     try:
-        _wait_step(cfg, 6, proc, log)
+        _wait_step(cfg, 5, proc, log)
         first = _server_of(proc)
         first.send_signal(signal.SIGKILL)
-        _wait_step(cfg, 16, proc, log)
+        _wait_step(cfg, 12, proc, log)
         second = _server_of(proc)
         assert second.pid != first.pid
         second.send_signal(signal.SIGSTOP)
         t_stop = time.monotonic()
-        _wait_step(cfg, 17, proc, log)
+        _wait_step(cfg, 13, proc, log)
         detected_and_recovered_s = time.monotonic() - t_stop
     finally:
         text = _finish(proc, log)
     assert proc.returncode == 0, text[-6000:]
     recs = _assert_complete_and_verified(cfg, steps, outages=2)
     details = [d for r in recs for d in r.get("server_outage_detail", [])]
-    assert details[0]["step"] >= 6 and ("exited" in details[0]["cause"] or "does not answer" in details[0]["cause"])
+    assert details[0]["step"] >= 5 and ("exited" in details[0]["cause"] or "does not answer" in details[0]["cause"])
     assert "no answer to /health" in details[1]["cause"], details[1]
     assert all(d["restarted"] for d in details)
     assert detected_and_recovered_s < 10 + 120, detected_and_recovered_s  # hang deadline + one restart
