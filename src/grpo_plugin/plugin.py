@@ -27,6 +27,7 @@ class GRPOPlugin(BasePlugin):
         from grpo_plugin.compat.cpu_ranks import allow_cpu_ranks
         from grpo_plugin.compat.host import check_host_versions
         from grpo_plugin.config.checks import uses_fsdp
+        from grpo_plugin.runtime import world_size
 
         check_host_versions()
         freeze_at_exit()  # the process ends in ~2 s, not after ~15 s of final garbage collection
@@ -46,7 +47,7 @@ class GRPOPlugin(BasePlugin):
         trl.setdefault("use_vllm", True)
         trl.setdefault("vllm_mode", "server")
         trl.setdefault("use_data_producer", True)
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if world_size() > 1:
             # several ranks: a rank skipping its zero-advantage micro-batch skips the loss's collectives while the
             # others wait in them (a deadlock; config/checks.py refuses an explicit true)
             trl.setdefault("skip_zero_advantage_batches", False)

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import os
 
+from grpo_plugin.runtime import world_size
+
 
 def _no_cuda_peers() -> bool:
     return True
@@ -48,7 +50,7 @@ def allow_cpu_ranks(deepspeed: bool = False, fsdp: bool = False) -> bool:
 
     if torch.cuda.is_available():
         return False
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if world_size() > 1:
         if deepspeed:
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
             _gloo_without_cuda()

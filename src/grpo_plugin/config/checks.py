@@ -6,9 +6,9 @@ the fix.
 from __future__ import annotations
 
 import difflib
-import os
 
-from grpo_plugin.config.schema import LOCAL_HOSTS, _get, server_count
+from grpo_plugin.config.schema import server_count
+from grpo_plugin.runtime import config_value, is_local, world_size
 
 
 def check_cross_keys(data: dict) -> None:
@@ -16,7 +16,7 @@ def check_cross_keys(data: dict) -> None:
     grpo = data.get("grpo")
     if grpo is None:
         return
-    sync = _get(grpo, "sync") or "lora_sync"
+    sync = config_value(grpo, "sync") or "lora_sync"
     rl = getattr(data.get("rl"), "value", data.get("rl"))
     if str(rl).lower() != "grpo":
         raise ValueError(f"grpo: the grpo_plugin needs `rl: grpo` in the config (got rl: {rl!r}).")
@@ -33,8 +33,8 @@ def check_cross_keys(data: dict) -> None:
         )
     if sync == "ipc":
         _check_ipc(data)
-    if _get(grpo, "atropos") is not None:
-        _check_atropos(data, _get(grpo, "atropos"))
+    if config_value(grpo, "atropos") is not None:
+        _check_atropos(data, config_value(grpo, "atropos"))
     _check_sharded(data, sync)
     trl = data.get("trl") or {}
     if isinstance(trl, dict):
@@ -58,7 +58,7 @@ def check_cross_keys(data: dict) -> None:
                 "trl.use_data_producer: false, but the grpo_plugin's trainer runs on axolotl's data-producer "
                 "path. Remove trl.use_data_producer (the plugin sets it)."
             )
-        ranks = int(os.environ.get("WORLD_SIZE", "1"))
+        ranks = world_size()
         if ranks > 1 and trl.get("skip_zero_advantage_batches") is True:
             raise ValueError(
                 f"trl.skip_zero_advantage_batches: true with {ranks} trainer ranks deadlocks: a rank whose micro-batch "
@@ -115,7 +115,9 @@ def trl_problems(trl: dict) -> list[str]:
 def _check_ipc(data: dict) -> None:
     """What one shared copy of the weights cannot do, each with the reason and the way out."""
     vllm = data.get("vllm") or {}
-    vllm_get = (lambda k: vllm.get(k)) if isinstance(vllm, dict) else (lambda k: getattr(vllm, k, None))
+    def vllm_get(k):
+        return config_value(vllm, k)
+
     problems = []
     if data.get("adapter"):
         problems.append(
@@ -126,7 +128,7 @@ def _check_ipc(data: dict) -> None:
         if data.get(key):
             problems.append(f"`{key}: true`: quantized base weights cannot be trained in place. Remove {key}.")
     host = str(vllm_get("host") or "127.0.0.1")
-    if host not in LOCAL_HOSTS:
+    if not is_local(host):
         problems.append(f"`vllm.host: {host}`: the server must run on this machine (the weights are one "
                         "shared-memory file). Use 127.0.0.1, or grpo.sync: restart / lora_sync for a remote server.")
     for key in ("tensor_parallel_size", "data_parallel_size"):
@@ -165,7 +167,8 @@ ATROPOS_DATASET_MARKER = "grpo_plugin: rollouts come from Atropos environments"
 
 def atropos_batch_size(data) -> int:
     """Sequences per optimizer step and trainer process: micro_batch_size x gradient_accumulation_steps."""
-    return int(_get(data, "micro_batch_size") or 1) * int(_get(data, "gradient_accumulation_steps") or 1)
+    micro, accumulation = config_value(data, "micro_batch_size"), config_value(data, "gradient_accumulation_steps")
+    return int(micro or 1) * int(accumulation or 1)
 
 
 def _check_atropos(data: dict, atropos) -> None:
@@ -174,20 +177,22 @@ def _check_atropos(data: dict, atropos) -> None:
 
     problems = []
     trl = data.get("trl") or {}
-    trl_get = (lambda k: trl.get(k)) if isinstance(trl, dict) else (lambda k: getattr(trl, k, None))
+    def trl_get(k):
+        return config_value(trl, k)
+
     funcs = trl_get("reward_funcs") or []
     if list(funcs) not in ([], [ENV_SCORE_REWARD]):
         problems.append(f"`trl.reward_funcs: {list(funcs)}`: with grpo.atropos the environments score the rollouts. "
                         "Remove trl.reward_funcs (score in the environment instead).")
     datasets = data.get("datasets") or []
-    paths = [d.get("path") if isinstance(d, dict) else getattr(d, "path", None) for d in datasets]
+    paths = [config_value(d, "path") for d in datasets]
     if any(p != ATROPOS_DATASET_MARKER for p in paths):
         problems.append("`datasets:` would be ignored: with grpo.atropos the prompts come from the environments. "
                         "Remove datasets (give the environment its data instead).")
     if not data.get("max_steps") or int(data.get("max_steps")) < 1:
         problems.append("`max_steps` is required with grpo.atropos (the data stream has no length; it is also "
                         "the run-api's num_steps).")
-    group = _get(atropos, "group_size")
+    group = config_value(atropos, "group_size")
     batch = atropos_batch_size(data)
     if group and batch % int(group):
         problems.append(f"micro_batch_size x gradient_accumulation_steps = {batch} sequences per step is not a "
@@ -198,12 +203,14 @@ def _check_atropos(data: dict, atropos) -> None:
         problems.append(f"trl.num_generations {gens} does not divide the {batch} sequences per step. Remove "
                         "trl.num_generations (with grpo.atropos the plugin sets it to the group size).")
     vllm = data.get("vllm") or {}
-    vllm_get = (lambda k: vllm.get(k)) if isinstance(vllm, dict) else (lambda k: getattr(vllm, k, None))
-    api = urlparse(str(_get(atropos, "url") or "http://127.0.0.1:8000"))
-    local = {"127.0.0.1", "localhost", "0.0.0.0", "::1", ""}
+    def vllm_get(k):
+        return config_value(vllm, k)
+
+    api = urlparse(str(config_value(atropos, "url") or "http://127.0.0.1:8000"))
     vhost, vport = str(vllm_get("host") or "127.0.0.1"), int(vllm_get("port") or 8000)
-    if api.port == vport and (api.hostname == vhost or {api.hostname, vhost} <= local):
-        problems.append(f"grpo.atropos.url {_get(atropos, 'url')} and the vLLM server (vllm.port {vport}) use the "
+    if api.port == vport and (api.hostname == vhost or (is_local(api.hostname) and is_local(vhost))):
+        problems.append(f"grpo.atropos.url {config_value(atropos, 'url')} and the vLLM server (vllm.port {vport}) "
+                        "use the "
                         "same port. Move one of them (e.g. `vllm: {port: 8001}`).")
     if problems:
         raise ValueError("grpo.atropos cannot be used with this config:\n  - " + "\n  - ".join(problems))

@@ -9,13 +9,14 @@ its config model (`get_input_args`).
 from __future__ import annotations
 
 import difflib
-import os
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from grpo_plugin.runtime import config_value, is_local, is_server_url, world_size
+
 SYNC_MODES = ("ipc", "lora_sync", "restart")
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1", "")
 
 
 def _refuse_unknown_keys(model: type[BaseModel], data: Any, prefix: str) -> Any:
@@ -81,10 +82,7 @@ class AtroposSettings(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> AtroposSettings:
-        from urllib.parse import urlparse
-
-        parsed = urlparse(self.url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.port is None:
+        if not is_server_url(self.url):
             raise ValueError(f"grpo.atropos.url: {self.url!r} must look like http://HOST:PORT (the run-api)")
         self.url = self.url.rstrip("/")
         return self
@@ -95,7 +93,7 @@ class GRPOSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sync: Literal["ipc", "lora_sync", "restart"] = Field(
+    sync: Literal[SYNC_MODES] = Field(
         default="lora_sync",
         description="How trained weights reach the vLLM server: ipc | lora_sync | restart.",
     )
@@ -229,7 +227,7 @@ class GRPOSettings(BaseModel):
                     "Atropos environments generating on it (their requests fail while it is down). Use "
                     "`grpo.restart_strategy: reload` (the default).")
         if self.sync == "ipc":
-            ranks = int(os.environ.get("WORLD_SIZE", "1"))
+            ranks = world_size()
             if ranks > 1 and self.ipc_fence == "trainer":
                 raise ValueError(
                     f"grpo.ipc_fence: trainer assumes one trainer process generates on the server, but this run has "
@@ -257,12 +255,8 @@ class GRPOSettings(BaseModel):
 
 
     def _check_servers(self) -> None:
-        from urllib.parse import urlparse
-
         if self.server_urls is not None:
-            bad = [u for u in self.server_urls
-                   if urlparse(u).scheme not in ("http", "https") or not urlparse(u).hostname
-                   or urlparse(u).port is None]
+            bad = [u for u in self.server_urls if not is_server_url(u)]
             if bad:
                 raise ValueError(f"grpo.server_urls: {bad} must look like http://HOST:PORT (a vLLM server)")
             if len(set(u.rstrip("/") for u in self.server_urls)) != len(self.server_urls):
@@ -276,7 +270,7 @@ class GRPOSettings(BaseModel):
                                  "starts them itself. Use grpo.num_servers with managed_server, or remove "
                                  "managed_server.")
             if self.sync == "ipc":
-                remote = [u for u in self.server_urls if urlparse(u).hostname not in LOCAL_HOSTS]
+                remote = [u for u in self.server_urls if not is_local(urlparse(u).hostname)]
                 if remote:
                     raise ValueError(f"grpo.sync: ipc shares one copy of the weights on this machine; "
                                      f"grpo.server_urls {remote} are elsewhere. Use grpo.sync: restart or lora_sync.")
@@ -292,13 +286,7 @@ class GRPOSettings(BaseModel):
         return server_count(self)
 
 
-def _get(data: Any, key: str) -> Any:
-    if isinstance(data, dict):
-        return data.get(key)
-    return getattr(data, key, None)
-
-
 def server_count(grpo: Any) -> int:
     """How many vLLM servers a `grpo:` block (dict or settings) names: its server_urls, else num_servers."""
-    urls = _get(grpo, "server_urls")
-    return len(urls) if urls else int(_get(grpo, "num_servers") or 1)
+    urls = config_value(grpo, "server_urls")
+    return len(urls) if urls else int(config_value(grpo, "num_servers") or 1)
