@@ -87,18 +87,21 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             model=lambda: self.model, optimizer=lambda: self.optimizer))
         atexit.register(self.close)
 
-
     # ---- rollouts ------------------------------------------------------------------------------
     def _create_data_producer(self, args, train_dataset):
+        tok = self.processing_class
         spec = GenerationSpec(
-            client=self.sync.client, gate=self.sync.gate, guard=self.sync.guard, tokenizer=self.processing_class,
-            pad_token_id=pad_token_id(self.processing_class), num_generations=self.num_generations,
-            temperature=self.temperature, shuffle_dataset=getattr(self, "shuffle_dataset", True),
+            client=self.sync.client, gate=self.sync.gate, guard=self.sync.guard, tokenizer=tok,
+            pad_token_id=pad_token_id(tok), num_generations=self.num_generations,
+            temperature=self.temperature, sampling=sampling_kwargs(self, generation_kwargs(args)),
+            tokenize_prompts=self._tokenize_prompts, mask_truncated=bool(self.mask_truncated_completions),
+            stop_token_ids=tuple({t for t in (pad_token_id(tok), tok.eos_token_id) if t is not None}),
+            shuffle_dataset=getattr(self, "shuffle_dataset", True),
             scale_rewards=getattr(self, "scale_rewards", "group"),
             vocab_size=self.accelerator.unwrap_model(self.model).get_input_embeddings().num_embeddings,
             device=self.accelerator.device, num_processes=self.accelerator.num_processes,
-            step=lambda: self.state.global_step, synced_version=lambda: self.sync.synced_version,
-            add_callback=self.add_callback)
+            gather=self.accelerator.gather, step=lambda: self.state.global_step,
+            synced_version=lambda: self.sync.synced_version, add_callback=self.add_callback)
         producer = build.build_producer(args, train_dataset, self.grpo, spec, host=self)
         if isinstance(producer, PrefetchingProducer):  # its queue goes when a server is lost under a verification
             self.sync.forget_prefetched = producer.drop_queue

@@ -229,7 +229,8 @@ def _produce(monkeypatch, *, loaded_trl: dict, args_kwargs=None, **sampling):
     from axolotl.core.trainers.grpo.async_trainer import ProducerConfig
 
     import grpo_plugin.config.lookups
-    from grpo_plugin.producers.local import LocalRolloutProducer
+    from grpo_plugin.producers.local import LocalRolloutProducer, generation_kwargs, sampling_kwargs
+    from grpo_plugin.producers.spec import GenerationSpec
     from grpo_plugin.sync.gate import PolicyGate
 
     monkeypatch.setattr(grpo_plugin.config.lookups, "loaded_cfg", lambda: {"trl": loaded_trl})
@@ -246,17 +247,19 @@ def _produce(monkeypatch, *, loaded_trl: dict, args_kwargs=None, **sampling):
     monkeypatch.setattr(client, "_post", post)
     gate = PolicyGate()
     gate.publish(0, "policy-v0")
-    trainer = SimpleNamespace(
-        _tokenize_prompts=lambda prompts: ([[1, 2, len(p)] for p in prompts], None, {}),
-        processing_class=_Tok(), pad_token_id=0, eos_token_id=9, mask_truncated_completions=True,
-        accelerator=SimpleNamespace(device="cpu", num_processes=1),
-        args=SimpleNamespace(generation_kwargs=args_kwargs), **sampling)
+    # what the trainer hands its producer (trainer.py `_create_data_producer`), from TRL's attributes
+    trainer = SimpleNamespace(**sampling)
+    spec = GenerationSpec(
+        client=client, gate=gate, guard=SimpleNamespace(run=lambda what, fn, **kw: fn()), tokenizer=_Tok(),
+        pad_token_id=0, num_generations=sampling["num_generations"], temperature=sampling["temperature"],
+        sampling=sampling_kwargs(trainer, generation_kwargs(SimpleNamespace(generation_kwargs=args_kwargs))),
+        tokenize_prompts=lambda prompts: ([[1, 2, len(p)] for p in prompts], None, {}), stop_token_ids=(0, 9),
+        mask_truncated=True, shuffle_dataset=False, scale_rewards="group", vocab_size=16, device="cpu",
+        num_processes=1, gather=None, step=lambda: 0, synced_version=lambda: 0, add_callback=None)
     producer = LocalRolloutProducer(
         config=ProducerConfig(), prompt_dataset=[], num_generations=sampling["num_generations"],
         generation_batch_size=4, train_batch_size=4, steps_per_generation=1, shuffle_dataset=False, seed=0,
-        client=client, gate=gate, guard=SimpleNamespace(run=lambda what, fn, **kw: fn()), max_policy_lag=1,
-        lag_timeout=5.0)
-    producer._trainer = trainer
+        spec=spec, max_policy_lag=1, lag_timeout=5.0)
     producer._prompt_dl = [[{"prompt": "ab"}] * 2 + [{"prompt": "abc"}] * 2]
     producer._prompt_iter = iter(producer._prompt_dl)
     rollout = producer.produce(None, 0)._data

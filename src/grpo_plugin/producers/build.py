@@ -39,9 +39,7 @@ def build_producer(args, train_dataset, settings, spec: GenerationSpec, *, host)
         steps_per_generation=args.steps_per_generation,
         shuffle_dataset=spec.shuffle_dataset,
         seed=args.seed,
-        client=spec.client,
-        gate=spec.gate,
-        guard=spec.guard,
+        spec=spec,
         max_policy_lag=settings.policy_lag_bound,
         lag_timeout=LAG_WAIT_S,
     )

@@ -25,21 +25,22 @@ from trl.data_utils import is_conversational
 
 from grpo_plugin.producers.completion_tensors import rollout_tensors
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, Rollout
+from grpo_plugin.producers.spec import GenerationSpec
 from grpo_plugin.server.group import replicas_of
 
 
 class LocalRolloutProducer(GRPODataProducer):
-    """Generates each rollout on the vLLM server with the model the current WeightSync serves."""
+    """Generates each rollout on the vLLM server with the model the current WeightSync serves. Everything it needs
+    comes in its GenerationSpec; the trainer it is given (`set_trainer`) serves axolotl's prompt sampler only."""
 
-    def __init__(self, *args, client, gate, guard, max_policy_lag: int, lag_timeout: float, **kwargs):
-        """`guard`: the run's ServerGuard (server/recovery.py); a rollout that loses the server goes through it."""
+    def __init__(self, *args, spec: GenerationSpec, max_policy_lag: int, lag_timeout: float, **kwargs):
+        """`spec.guard`: the run's ServerGuard (server/recovery.py); a rollout that loses the server goes through
+        it."""
         super().__init__(*args, **kwargs)
-        self.client = client
-        self.gate = gate
-        self.guard = guard
+        self.spec = spec
+        self.client, self.gate, self.guard = spec.client, spec.gate, spec.guard
         self.max_policy_lag = max_policy_lag
         self.lag_timeout = lag_timeout
-        self._generation_kwargs: dict | None = None
 
     def _next_inputs(self) -> list[dict]:
         if self._prompt_dl is None:
@@ -52,15 +53,13 @@ class LocalRolloutProducer(GRPODataProducer):
 
     def produce(self, model, global_step, *, skip_policy_logps=False, processing_class=None,
                 accelerator=None, args=None, _rank0_only=False, **kwargs):
-        trainer = self._trainer
+        spec = self.spec
         inputs = self._next_inputs()
         prompts = [x["prompt"] for x in inputs]
-        prompt_ids, images, _ = trainer._tokenize_prompts(prompts)
+        prompt_ids, images, _ = spec.tokenize_prompts(prompts)
         if images is not None:
             raise ValueError("grpo_plugin: multimodal prompts are not supported by the local producer")
-        if self._generation_kwargs is None:
-            self._generation_kwargs = generation_kwargs(trainer.args)
-        g = trainer.num_generations
+        g = spec.num_generations
         if len(prompt_ids) % g:
             raise ValueError(f"got {len(prompt_ids)} prompts, not a multiple of num_generations={g}")
         unique = [list(p) for p in prompt_ids[::g]]
@@ -68,7 +67,7 @@ class LocalRolloutProducer(GRPODataProducer):
         t0 = time.perf_counter()
         min_version = global_step - self.max_policy_lag
 
-        sampling = sampling_kwargs(trainer, self._generation_kwargs)
+        sampling = spec.sampling
 
         def generate():
             # one lease per attempt: a redo after a recovery samples with the version the restore published
@@ -86,22 +85,17 @@ class LocalRolloutProducer(GRPODataProducer):
             server_rows[c.server] += 1
         sampling_lps = [c.logprobs for c in completions_flat]
 
-        tok = trainer.processing_class
         tensors = rollout_tensors(
-            prompt_ids, completion_ids, sampling_lps,
-            pad_token_id=trainer.pad_token_id,
-            stop_token_ids=[t for t in {trainer.eos_token_id, trainer.pad_token_id} if t is not None],
-            mask_truncated=bool(trainer.mask_truncated_completions),
-            device=trainer.accelerator.device,
-        )
-        texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
+            prompt_ids, completion_ids, sampling_lps, pad_token_id=spec.pad_token_id,
+            stop_token_ids=list(spec.stop_token_ids), mask_truncated=spec.mask_truncated, device=spec.device)
+        texts = spec.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
         completions = ([[{"role": "assistant", "content": t}] for t in texts]
                        if is_conversational(inputs[0]) else texts)
-        n_tokens = torch.tensor(sum(len(c) for c in completion_ids), device=trainer.accelerator.device)
+        n_tokens = torch.tensor(sum(len(c) for c in completion_ids), device=spec.device)
         output = {
             **tensors,
             "num_items_in_batch": n_tokens,  # this rank's; summed over the ranks on the main thread (below)
-            "advantages": torch.zeros(len(completion_ids), device=trainer.accelerator.device),
+            "advantages": torch.zeros(len(completion_ids), device=spec.device),
             # deferred scoring: axolotl computes rewards, advantages, policy logps and the IS ratio
             "_pending_policy_logps": True,
             "_deferred_inputs": inputs,
@@ -115,7 +109,7 @@ class LocalRolloutProducer(GRPODataProducer):
                                  server_rows=server_rows),
         }
         if threading.current_thread() is threading.main_thread():
-            sum_items_over_ranks(output, trainer.accelerator)
+            sum_items_over_ranks(output, spec.num_processes, spec.gather)
         else:  # a prefetch thread: no collective here (it would interleave with the training step's)
             output[ITEMS_LOCAL] = True
         return RolloutDataset(output)
@@ -124,17 +118,19 @@ class LocalRolloutProducer(GRPODataProducer):
 ITEMS_LOCAL = "_grpo_items_local"  # `num_items_in_batch` still counts this rank's completion tokens only
 
 
-def sum_items_over_ranks(data: dict, accelerator) -> None:
-    """`num_items_in_batch` (TRL's loss normalizer): the completion tokens of every rank's rollout. A collective:
-    main thread only, every rank at the same point (before its rollout is scored)."""
+def sum_items_over_ranks(data: dict, num_processes: int, gather) -> None:
+    """`num_items_in_batch` (TRL's loss normalizer): the completion tokens of every rank's rollout (`gather`: the
+    ranks' values of a tensor). A collective: main thread only, every rank at the same point (before its rollout is
+    scored)."""
     data.pop(ITEMS_LOCAL, None)
-    if accelerator.num_processes > 1:
-        data["num_items_in_batch"] = accelerator.gather(data["num_items_in_batch"]).sum()
+    if num_processes > 1:
+        data["num_items_in_batch"] = gather(data["num_items_in_batch"]).sum()
 
 
 def sampling_kwargs(trainer, extra: dict | None) -> dict:
     """What every generation request of the run samples with (training rollouts and evaluation alike): TRL's
-    sampling settings as the trainer holds them, and `trl.generation_kwargs` (`extra`)."""
+    sampling settings as the trainer holds them, and `trl.generation_kwargs` (`extra`). Read once, when the
+    trainer builds its producer's GenerationSpec."""
     return {"max_tokens": trainer.max_completion_length, "temperature": trainer.temperature,
             "top_p": trainer.top_p, "top_k": trainer.top_k if trainer.top_k and trainer.top_k > 0 else None,
             "min_p": trainer.min_p, "repetition_penalty": trainer.repetition_penalty, "extra": extra}

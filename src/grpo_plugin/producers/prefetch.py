@@ -52,8 +52,8 @@ class PrefetchingProducer(AsyncDataProducer):
                 self.guard.recover("rollout", why)
             dataset = super().produce(model, global_step, **kwargs)  # this step synchronously, then prefetch again
         self._outages_seen = len(self.guard.outages)
-        if dataset._data.get(ITEMS_LOCAL) and kwargs.get("accelerator") is not None:
-            sum_items_over_ranks(dataset._data, kwargs["accelerator"])
+        if dataset._data.get(ITEMS_LOCAL):
+            sum_items_over_ranks(dataset._data, self._inner.spec.num_processes, self._inner.spec.gather)
         record_of(dataset._data).wait_ms = (time.perf_counter() - t0) * 1e3
         return dataset
 

@@ -20,11 +20,16 @@ class GenerationSpec:
     pad_token_id: int
     num_generations: int  # completions per prompt (a group)
     temperature: float | None  # the sampling temperature (TRL's `temperature`)
+    sampling: dict[str, Any]  # every generation request's sampling settings (producers/local.py sampling_kwargs)
+    tokenize_prompts: Callable[[list], tuple]  # the host's prompt tokenizer (chat template): (ids, images, extra)
+    stop_token_ids: tuple[int, ...]  # a completion ending with one of these is complete, not truncated
+    mask_truncated: bool  # TRL's mask_truncated_completions: a truncated completion adds nothing to the loss
     shuffle_dataset: bool  # prompts in shuffled order
     scale_rewards: Any  # how group advantages are scaled (TRL's `scale_rewards`: "group", "batch", "none", or a bool)
     vocab_size: int  # rows of the model's input embedding
     device: torch.device  # where the rollout's tensors go
     num_processes: int  # trainer ranks
+    gather: Callable[[torch.Tensor], torch.Tensor]  # every rank's value of a tensor, concatenated (a collective)
     step: Callable[[], int]  # the trainer's global step, now
     synced_version: Callable[[], int | None]  # the version the server holds, now (sync/session.py)
     add_callback: Callable[[Any], None]  # hooks the training loop (a transformers TrainerCallback)
