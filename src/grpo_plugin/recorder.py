@@ -78,8 +78,11 @@ class StepRecorder:
             step.server_rows = [a + b for a, b in zip(step.server_rows or [0] * len(rows), rows)]
         step.rollout_fields = rollout.step_fields()
 
-    def scored(self, rewards: torch.Tensor) -> None:
+    def scored(self, rewards: torch.Tensor, rollout: Rollout | None = None) -> None:
+        """`rollout`: its record, which scoring may have completed (Atropos: the on-policy check)."""
         self.reward_stats = (rewards.mean().item(), rewards.std().item() if rewards.numel() > 1 else 0.0)
+        if rollout is not None:
+            self.step.rollout_fields = rollout.step_fields()
 
     def add_loss(self, value: float) -> None:
         self.step.losses.append(value)
@@ -207,6 +210,12 @@ def atropos_summary(records: list[dict], settings: GRPOSettings) -> dict:
         "policy_lag_max": max(lags, default=None),
         "policy_lag_mean": round(sum(lags) / len(lags), 3) if lags else None,
         "policy_lag_source": sorted({r.get("policy_lag_source") for r in records if r.get("policy_lag_source")}),
+        # atropos/onpolicy.py: the largest lag-0 logprob gap of any env and step, groups it rejected, sequences
+        # this server's /generate never returned
+        "logprob_gap_lag0_max": max((r["atropos_logprob_gap_lag0"] for r in records
+                                     if r.get("atropos_logprob_gap_lag0") is not None), default=None),
+        "offpolicy_rejected_groups": sum(r.get("atropos_offpolicy_rejected_groups") or 0 for r in records),
+        "unknown_origin_rows": sum(r.get("atropos_unknown_origin_rows") or 0 for r in records),
     }}
 
 

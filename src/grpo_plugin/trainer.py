@@ -127,9 +127,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         super()._post_advantage_hook(data, rewards_per_func, advantages, inputs, num_generations, mode,
                                      *args, **kwargs)
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
-        # Atropos: the producer's advantages (the env's, or its scores normalised within each real group) replace
-        # axolotl's; padding rows (after the real ones, before axolotl shuffles) have no score
-        self.recorder.scored(record_of(data).scored_rewards(data, rewards))
+        # Atropos: the producer's advantages replace axolotl's (less off-policy groups); padding rows have no score
+        record = record_of(data)
+        self.recorder.scored(record.scored_rewards(data, rewards), record)
 
     # ---- scoring and the loss ------------------------------------------------------------------
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,

@@ -74,6 +74,13 @@ class AtroposSettings(BaseModel):
         "(0: wait forever). Progress is printed while it waits.")
     envs: list[AtroposEnvSpec] = Field(
         default_factory=list, description="Environments `python -m grpo_plugin.atropos.launch` starts.")
+    offpolicy_warn: float = Field(
+        default=0.05, gt=0, description="Nats per token: an environment whose sequences generated at the weights "
+        "being trained (policy lag 0) differ from the trainer's logprobs by more on average is reported "
+        "(atropos/onpolicy.py).")
+    offpolicy_reject: float | None = Field(
+        default=0.5, gt=0, description="Nats per token: a group of lag-0 sequences that differs by more trains "
+        "nothing (null: never).")
 
     @model_validator(mode="before")
     @classmethod

@@ -12,9 +12,11 @@ axolotl shuffles and splits the rows into micro-batches, and they must follow th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+from grpo_plugin.atropos import onpolicy
 
 ROLLOUT_KEY = "_grpo_rollout"
 TEMPERATURES = "temperatures"  # per-row sampling temperatures (Atropos): each row is scored at its own
@@ -51,6 +53,8 @@ class Rollout:
     real_rows: int | None = None  # rows with a score, before the padding rows (Atropos)
     lag: PolicyLag | None = None
     batch: AtroposBatch | None = None
+    origin: onpolicy.Origin | None = None  # Atropos: which env, group and policy version each real row comes from
+    onpolicy: list[onpolicy.EnvCheck] = field(default_factory=list)  # what scoring found (atropos/onpolicy.py)
 
     def step_fields(self) -> dict:
         """What this rollout adds to its step's metrics record (grpo_metrics.jsonl)."""
@@ -61,13 +65,18 @@ class Rollout:
             out.update(atropos_batch=self.batch.seq, atropos_groups=self.batch.groups,
                        atropos_rejected_groups=self.batch.rejected_groups,
                        atropos_padding_rows=self.batch.padding_rows, atropos_queued=self.batch.queued)
+        if self.onpolicy:
+            out.update(onpolicy.step_fields(self.onpolicy))
         return out
 
     def scored_rewards(self, data: dict, rewards: torch.Tensor) -> torch.Tensor:
-        """After axolotl computed its advantages (`data["advantages"]`): the producer's own replace them, and the
-        rewards of the real rows are returned (padding rows have no score)."""
+        """After axolotl computed its advantages (`data["advantages"]`): the producer's own replace them (less the
+        groups the on-policy check rejects), and the rewards of the real rows are returned (padding rows have no
+        score)."""
         if self.advantages is None:
             return rewards
+        if self.origin is not None:
+            self.onpolicy = onpolicy.apply(self.origin, data, self.advantages, self.real_rows)
         data["advantages"] = self.advantages
         return rewards[: self.real_rows]
 
