@@ -201,3 +201,36 @@ def test_an_error_in_the_thread_reaches_the_trainer(tmp_path):
         assert spool.counts() == (1, 0)  # it was on disk before preparing failed
     finally:
         f.stop()
+
+
+def test_batches_whose_groups_are_all_rejected_count_toward_wait_timeout_and_the_error_says_so(tmp_path):
+    """Groups keep coming but none can be trained (no inference_logprobs): the producer skips each such batch, the
+    wait for a usable one still ends at wait_timeout (not restarted per batch), and the error names what arrived
+    and why it was refused instead of saying that nothing came."""
+    from types import SimpleNamespace
+
+    from grpo_plugin.atropos.group_tensors import tensorize
+    from grpo_plugin.producers.atropos import AtroposProducer
+
+    bad = [{"tokens": [[1, 2, 3]] * 2, "masks": [[-100, 2, 3]] * 2, "scores": [0.0, 1.0]}]
+    api = ScriptedAPI([bad] * 400)
+    spool = Spool(tmp_path)
+    f = BatchFetcher(api, spool, lambda seq, meta, r: SimpleNamespace(
+        seq=seq, tensors=tensorize(r.groups, pad_token_id=0, vocab_size=100, max_len=64)),
+        capacity=1, batch_size=2, poll_interval=0.01, max_backoff=0.05)
+    producer = AtroposProducer.__new__(AtroposProducer)
+    producer.settings, producer.fetcher, producer.spool = SimpleNamespace(wait_timeout=1.0, url="http://x"), f, spool
+    f.start([])
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(AtroposTimeout) as err:
+            producer.produce(None, 0)
+        took = time.monotonic() - t0
+    finally:
+        f.stop()
+    msg = str(err.value)
+    assert "no usable Atropos batch within 1 s" in msg and "every group of each rejected" in msg, msg
+    assert "inference_logprobs" in msg, msg  # the true reason
+    arrived = int(msg.split("wait_timeout): ")[1].split(" ")[0])
+    assert arrived >= 2 and api.calls > 2
+    assert took < 5.0, took  # one wait_timeout (1 s) for them all, not one per batch (400 batches queued)

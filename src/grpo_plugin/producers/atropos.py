@@ -28,7 +28,7 @@ from axolotl.core.trainers.grpo.async_trainer import BaseDataProducer, RolloutDa
 from transformers import TrainerCallback
 
 from grpo_plugin.atropos.api import AtroposAPI, AtroposError, BatchReply
-from grpo_plugin.atropos.fetcher import BatchFetcher
+from grpo_plugin.atropos.fetcher import AtroposTimeout, BatchFetcher
 from grpo_plugin.atropos.group_tensors import TensorBatch, tensorize, warm_up
 from grpo_plugin.atropos.onpolicy import Origin
 from grpo_plugin.atropos.spool import Spool
@@ -56,6 +56,12 @@ def placeholder_dataset(cfg):
     rows = max(1, atropos_batch_size(cfg))
     return TrainDatasetMeta(train_dataset=Dataset.from_dict({"prompt": ["(rollouts come from Atropos)"] * rows}),
                             eval_dataset=None, total_num_steps=int(cfg.get("max_steps") or 0) or None)
+
+
+def _unusable(timeout: float, reasons: list[str]) -> str:
+    return (f"no usable Atropos batch within {timeout:.0f} s (grpo.atropos.wait_timeout): {len(reasons)} batch(es) "
+            f"arrived, every group of each rejected (the last one's: {reasons[-1]}). Fix the environment's groups "
+            "(each rejection is logged above; docs/atropos.md#bad-payloads).")
 
 
 def _say(msg: str) -> None:
@@ -93,13 +99,23 @@ class AtroposProducer(BaseDataProducer):
         if self.fetcher is None:
             self._start(global_step)
         t0 = time.perf_counter()
-        rejected = 0
+        rejected, unusable = 0, []  # batches whose groups were all rejected count toward the same wait_timeout
+        timeout = self.settings.wait_timeout  # 0: wait forever
         while True:
-            item: PreparedBatch = self.fetcher.get(self.settings.wait_timeout,
-                                                   f"waiting for an Atropos batch from {self.settings.url}")
+            waited = time.perf_counter() - t0
+            if timeout and unusable and waited > timeout:
+                raise AtroposTimeout(_unusable(timeout, unusable))
+            try:
+                item: PreparedBatch = self.fetcher.get(max(1e-3, timeout - waited) if timeout else 0.0,
+                                                       f"waiting for an Atropos batch from {self.settings.url}")
+            except AtroposTimeout:
+                if not unusable:
+                    raise
+                raise AtroposTimeout(_unusable(timeout, unusable)) from None
             rejected += len(item.tensors.rejections)
             if item.tensors.num_sequences:
                 break
+            unusable.append(str(item.tensors.rejections[0]) if item.tensors.rejections else "no group")
             _say(f"batch {item.seq}: every group was rejected; nothing to train on, fetching the next one")
             self.spool.discard(item.seq)
         self.spool.mark_consumed(item.seq, global_step)
