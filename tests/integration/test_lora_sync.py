@@ -159,6 +159,34 @@ def test_a_version_a_rollout_still_samples_with_is_not_unloaded_and_an_unloaded_
         client.generate([probe_ids], model=lease.model, n=1, max_tokens=2)
 
 
+def test_with_environments_on_the_server_the_final_adapter_outlives_the_run(vllm_server, peft_trainer, probe_ids,
+                                                                          request):
+    """Atropos (`serve_last_after_close`): at the end of the run the older versions are unloaded, the final one
+    stays loaded and keeps generating with the final weights, so an environment's request between the trainer's
+    end and the launcher stopping it is answered, not refused. Without environments everything is unloaded."""
+    _, client = vllm_server
+    sync = LoraSync(client, adapter_name="t-final", serve_last_after_close=True)
+    sync.prepare(peft_trainer)
+    model = peft_trainer.model
+    for step in range(2):
+        perturb_lora(model, seed=40 + step)
+        sync.push(step)
+    final, older = sync.generation_model, sync._loaded[0]
+    final_lps = client.prompt_logprobs(probe_ids, model=final)
+    sync.close()
+    request.addfinalizer(lambda: client.unload_lora_adapter(final))  # the server goes on serving other tests
+    assert final in client.models() and older not in client.models()
+    assert probe.logprob_diff(client.prompt_logprobs(probe_ids, model=final), final_lps)[0] < 1e-6
+    assert client.generate([probe_ids], model=final, n=1, max_tokens=2)[0][0].token_ids
+
+    plain = LoraSync(client, adapter_name="t-plain")
+    plain.prepare(peft_trainer)
+    plain.push(0)
+    name = plain.generation_model
+    plain.close()
+    assert name not in client.models()
+
+
 def test_the_servers_engine_process_is_forked_not_spawned(vllm_server):
     """serve/fork_engine.py: the API server's engine process is a fork of it, not a spawned interpreter: its heap
     starts where the API server's does (an exec'd process gets a randomized one), and the server said so."""

@@ -39,8 +39,12 @@ class LoraSync:
     reads = "trainable"  # the adapter: under ZeRO-3 only it is gathered for a push (sync/ranks.py)
 
     def __init__(self, client, *, adapter_name: str, sync_dir: str | None = None, gate: PolicyGate | None = None,
-                 keep: int = 2):
+                 keep: int = 2, serve_last_after_close: bool = False):
+        """`serve_last_after_close`: others generate on the server too (Atropos environments, which the launcher
+        stops after the trainer): the last version stays loaded when the run ends, so their requests keep
+        being answered by the final policy instead of failing until they are stopped."""
         self.client = client
+        self.serve_last_after_close = serve_last_after_close
         self.adapter_name = adapter_name
         self.gate = gate or PolicyGate()
         self.keep = max(2, keep)  # versions loaded at once: the newest, and those rollouts may still sample with
@@ -143,10 +147,16 @@ class LoraSync:
         shutil.rmtree(self._version_dir(name), ignore_errors=True)
 
     def close(self) -> None:
-        """Unload what this run loaded (a long-lived server would otherwise list it forever); a server that is
-        gone or slow is not waited for."""
+        """Unload what this run loaded (a long-lived server would otherwise list it forever), the last version
+        aside when others still generate with it (`serve_last_after_close`); a server that is gone or slow is not
+        waited for."""
+        last = self._loaded[-1:] if self.serve_last_after_close else []
         for name in self._loaded:
-            with contextlib.suppress(ServerError):
-                self.client.unload_lora_adapter(name, timeout=5)
+            if name not in last:
+                with contextlib.suppress(ServerError):
+                    self.client.unload_lora_adapter(name, timeout=5)
+        if last:
+            LOG.warning("grpo_plugin: lora_sync: the final adapter %s stays loaded on the server for the "
+                        "environments still generating; it goes when the server stops", last[0])
         self._loaded.clear()
         self.storage.close()
