@@ -203,6 +203,10 @@ def test_atropos_ipc_fence_defaults_to_server(base_cfg, tmp_path):
                                                        managed_server=True)),
          "breaks the Atropos environments"),
         (lambda c: c["grpo"]["atropos"].update(envs=[{"module": "m", "arg": []}]), "Extra inputs"),
+        (lambda c: c.update(val_set_size=0.1, eval_strategy="steps", eval_steps=5),
+         "no reward of its own to score a local eval set"),
+        (lambda c: c.update(test_datasets=[{"path": "t.jsonl", "ds_type": "json"}], eval_strategy="steps"),
+         "Remove eval_strategy"),
     ],
 )
 def test_bad_atropos_config_names_key_and_fix(base_cfg, tmp_path, mutate, expected):

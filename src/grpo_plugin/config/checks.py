@@ -189,6 +189,12 @@ def _check_atropos(data: dict, atropos) -> None:
     if any(p != ATROPOS_DATASET_MARKER for p in paths):
         problems.append("`datasets:` would be ignored: with grpo.atropos the prompts come from the environments. "
                         "Remove datasets (give the environment its data instead).")
+    evaluates = [k for k in ("val_set_size", "test_datasets") if data.get(k)]
+    if evaluates and str(config_value(data, "eval_strategy") or "no") not in ("no", "IntervalStrategy.NO"):
+        problems.append(f"`eval_strategy: {config_value(data, 'eval_strategy')}` with `{evaluates[0]}`: with "
+                        "grpo.atropos the environments score the rollouts, and the run has no reward of its own to "
+                        "score a local eval set with. Remove eval_strategy (or set it to `no`), and evaluate with "
+                        "the environments' own evaluate() (Atropos runs it every steps_per_eval).")
     if not data.get("max_steps") or int(data.get("max_steps")) < 1:
         problems.append("`max_steps` is required with grpo.atropos (the data stream has no length; it is also "
                         "the run-api's num_steps).")
