@@ -26,14 +26,14 @@ LAUNCH = [sys.executable, "-m", "grpo_plugin.atropos.launch"]
 
 
 def atropos_config(tmp_path: Path, tiny_model_dir, tiny_data_file, *, full_weights: bool = False,
-                   grpo: dict | None = None, **top) -> tuple[Path, dict]:
+                   grpo: dict | None = None, atropos: dict | None = None, **top) -> tuple[Path, dict]:
     cfg = yaml.safe_load((ROOT / "configs" / "quickstart_atropos.yaml").read_text())
     cfg["base_model"] = str(tiny_model_dir)
     cfg["output_dir"] = str(tmp_path / "out")
     cfg["vllm"]["port"] = free_port()
-    atropos = cfg["grpo"]["atropos"]
-    atropos["url"] = f"http://127.0.0.1:{free_port()}"
-    args = atropos["envs"][0]["args"]
+    block = cfg["grpo"]["atropos"]
+    block.update(atropos or {}, url=f"http://127.0.0.1:{free_port()}")
+    args = block["envs"][0]["args"]
     args[args.index("--env.data_path") + 1] = str(tiny_data_file)
     if full_weights:
         for key in ("adapter", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"):
@@ -77,7 +77,11 @@ def assert_everything_stopped(log: str) -> None:
 def test_quickstart_learns_from_an_atropos_env_with_every_sync_verified(tmp_path, tiny_model_dir, tiny_data_file,
                                                                        cache_env):
     steps = 20  # the tiny task's reward takes off around steps 5-10
-    path, cfg = atropos_config(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps)
+    # with a local eval set (16 digit prompts) scored by grpo.atropos.eval_reward_funcs at steps 0, 10 and 20
+    evals = {"test_datasets": [{"path": str(tiny_data_file), "ds_type": "json", "split": "train[:16]"}],
+             "eval_strategy": "steps", "eval_steps": 10, "eval_batch_size": 32}
+    path, cfg = atropos_config(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
+                               atropos={"eval_reward_funcs": ["rewards.toy.digit_reward"]}, **evals)
     proc = launch(path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
@@ -97,6 +101,11 @@ def test_quickstart_learns_from_an_atropos_env_with_every_sync_verified(tmp_path
     assert s["all_syncs_verified"] is True, s
     assert s["atropos"]["rejected_groups"] == 0 and s["atropos"]["batches_trained"] == steps, s
     assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
+    # the eval set, generated on the run's server with the evaluated step's weights, scored by the eval rewards
+    evaluated = [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evaluated] == [0, 10, 20], evaluated
+    assert evaluated[-1]["reward"] > evaluated[0]["reward"] + 0.3, evaluated
+    assert "'eval_rewards/env_score/mean'" in log
     assert_everything_stopped(log)
 
 

@@ -204,9 +204,12 @@ def test_atropos_ipc_fence_defaults_to_server(base_cfg, tmp_path):
          "breaks the Atropos environments"),
         (lambda c: c["grpo"]["atropos"].update(envs=[{"module": "m", "arg": []}]), "Extra inputs"),
         (lambda c: c.update(val_set_size=0.1, eval_strategy="steps", eval_steps=5),
-         "no reward of its own to score a local eval set"),
+         "Give the eval prompts as `test_datasets`"),
         (lambda c: c.update(test_datasets=[{"path": "t.jsonl", "ds_type": "json"}], eval_strategy="steps"),
-         "Remove eval_strategy"),
+         "Set grpo.atropos.eval_reward_funcs"),
+        (lambda c: (c.update(test_datasets=[{"path": "t.jsonl", "ds_type": "json"}], eval_strategy="steps"),
+                    c["grpo"]["atropos"].update(eval_reward_funcs=["rewards.toy.no_such_reward"])),
+         "grpo.atropos.eval_reward_funcs: 'rewards.toy.no_such_reward'"),
     ],
 )
 def test_bad_atropos_config_names_key_and_fix(base_cfg, tmp_path, mutate, expected):
@@ -215,6 +218,14 @@ def test_bad_atropos_config_names_key_and_fix(base_cfg, tmp_path, mutate, expect
     with pytest.raises(ValidationError) as err:
         load(cfg, tmp_path)
     assert expected in str(err.value)
+
+
+def test_atropos_with_a_local_eval_set_scored_by_its_own_reward_functions(base_cfg, tmp_path):
+    cfg = _atropos(copy.deepcopy(base_cfg), group_size=2)
+    cfg.update(test_datasets=[{"path": "t.jsonl", "ds_type": "json"}], eval_strategy="steps", eval_steps=5)
+    cfg["grpo"]["atropos"]["eval_reward_funcs"] = ["rewards.toy.digit_reward"]
+    loaded = load(cfg, tmp_path)
+    assert loaded.grpo["atropos"]["eval_reward_funcs"] == ["rewards.toy.digit_reward"]
 
 
 def test_every_mode_the_schema_accepts_has_a_builder():

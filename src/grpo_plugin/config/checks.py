@@ -165,6 +165,12 @@ ENV_SCORE_REWARD = "grpo_plugin.producers.atropos.env_score"
 ATROPOS_DATASET_MARKER = "grpo_plugin: rollouts come from Atropos environments"
 
 
+def evaluates(data) -> bool:
+    """The config asks for evaluation during training on a local eval set."""
+    strategy = str(config_value(data, "eval_strategy") or "no")
+    return bool(data.get("val_set_size") or data.get("test_datasets")) and strategy not in ("no", "IntervalStrategy.NO")
+
+
 def atropos_batch_size(data) -> int:
     """Sequences per optimizer step and trainer process: micro_batch_size x gradient_accumulation_steps."""
     micro, accumulation = config_value(data, "micro_batch_size"), config_value(data, "gradient_accumulation_steps")
@@ -189,12 +195,16 @@ def _check_atropos(data: dict, atropos) -> None:
     if any(p != ATROPOS_DATASET_MARKER for p in paths):
         problems.append("`datasets:` would be ignored: with grpo.atropos the prompts come from the environments. "
                         "Remove datasets (give the environment its data instead).")
-    evaluates = [k for k in ("val_set_size", "test_datasets") if data.get(k)]
-    if evaluates and str(config_value(data, "eval_strategy") or "no") not in ("no", "IntervalStrategy.NO"):
-        problems.append(f"`eval_strategy: {config_value(data, 'eval_strategy')}` with `{evaluates[0]}`: with "
-                        "grpo.atropos the environments score the rollouts, and the run has no reward of its own to "
-                        "score a local eval set with. Remove eval_strategy (or set it to `no`), and evaluate with "
-                        "the environments' own evaluate() (Atropos runs it every steps_per_eval).")
+    if evaluates(data):
+        if data.get("val_set_size") and not data.get("test_datasets"):
+            problems.append("`val_set_size` with grpo.atropos: the training prompts come from the environments, so "
+                            "there is no local train set to split. Give the eval prompts as `test_datasets` (with "
+                            "grpo.atropos.eval_reward_funcs to score them), or remove val_set_size.")
+        elif not config_value(atropos, "eval_reward_funcs"):
+            problems.append(f"`eval_strategy: {config_value(data, 'eval_strategy')}` with `test_datasets`: with "
+                            "grpo.atropos the environments score the training rollouts, and an eval set needs reward "
+                            "functions of its own. Set grpo.atropos.eval_reward_funcs (import paths, like "
+                            "trl.reward_funcs), or remove eval_strategy.")
     if not data.get("max_steps") or int(data.get("max_steps")) < 1:
         problems.append("`max_steps` is required with grpo.atropos (the data stream has no length; it is also "
                         "the run-api's num_steps).")

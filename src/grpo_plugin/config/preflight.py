@@ -107,6 +107,14 @@ def reward_func_problem(fqn: Any) -> str | None:
     return None
 
 
+def import_callable(fqn: str):
+    """The function `module.attr` names (the run's directory importable, as for trl.reward_funcs); the config
+    check (reward_func_problem) has already said what is wrong with a path that does not resolve."""
+    module_name, _, attr = fqn.rpartition(".")
+    with _cwd_importable():
+        return getattr(importlib.import_module(module_name), attr)
+
+
 def _path_problem(key: str, value: Any, *, data_file: bool = False) -> str | None:
     if not isinstance(value, str) or not value:
         return None
@@ -187,6 +195,10 @@ def config_problems(data: dict, *, atropos_marker: str | None = None) -> list[st
     trl = _as_dict(data.get("trl"))
     for fqn in trl.get("reward_funcs") or []:
         problems.append(reward_func_problem(fqn))
+    atropos = _as_dict(_as_dict(data.get("grpo")).get("atropos"))
+    for fqn in atropos.get("eval_reward_funcs") or []:
+        problem = reward_func_problem(fqn)
+        problems.append(problem and problem.replace("trl.reward_funcs:", "grpo.atropos.eval_reward_funcs:", 1))
     base = data.get("base_model")
     p = _path_problem("base_model", base)
     if p:

@@ -74,6 +74,9 @@ class AtroposSettings(BaseModel):
         "(0: wait forever). Progress is printed while it waits.")
     envs: list[AtroposEnvSpec] = Field(
         default_factory=list, description="Environments `python -m grpo_plugin.atropos.launch` starts.")
+    eval_reward_funcs: list[str] = Field(
+        default_factory=list, description="Import paths of TRL-style reward functions that score a local eval set "
+        "(test_datasets, with eval_strategy) during training; the environments score the training rollouts.")
     offpolicy_warn: float = Field(
         default=0.05, gt=0, description="Nats per token: an environment whose sequences generated at the weights "
         "being trained (policy lag 0) differ from the trainer's logprobs by more on average is reported "

@@ -16,6 +16,7 @@ resumes at. The fetcher's first `/batch` is what lets environments register.
 
 from __future__ import annotations
 
+import copy
 import statistics
 import sys
 import time
@@ -38,24 +39,51 @@ from grpo_plugin.producers.spec import GenerationSpec
 
 def env_score(prompts=None, completions=None, atropos_score=None, **kwargs) -> list[float | None]:
     """The reward function of grpo.atropos runs (the plugin names it in trl.reward_funcs): the environment's
-    score of each sequence. Padding rows (see AtroposProducer) have no score (None: NaN to axolotl)."""
-    if atropos_score is None:
+    score of each sequence. Padding rows (see AtroposProducer) have no score (None: NaN to axolotl). Rows of the
+    local eval set (`test_datasets`: no environment scored them) get the sum of `grpo.atropos.eval_reward_funcs`."""
+    if atropos_score is not None:
+        return list(atropos_score)
+    funcs = _eval_reward_funcs()
+    if not funcs:
         raise ValueError("grpo_plugin.producers.atropos.env_score is the reward of grpo.atropos runs; it reads the "
-                         "environments' scores and cannot score rollouts generated from `datasets:`")
-    return list(atropos_score)
+                         "environments' scores and cannot score rollouts generated from `datasets:` (an eval set "
+                         "needs grpo.atropos.eval_reward_funcs)")
+    scores = [0.0] * len(completions)
+    for fn in funcs:
+        for i, v in enumerate(fn(prompts=prompts, completions=completions, **kwargs)):
+            scores[i] = None if v is None or scores[i] is None else scores[i] + float(v)
+    return scores
+
+
+def _eval_reward_funcs() -> list:
+    from grpo_plugin.config.lookups import loaded_cfg
+    from grpo_plugin.config.preflight import import_callable
+
+    atropos = (loaded_cfg().get("grpo") or {}).get("atropos") or {}
+    return [import_callable(p) for p in atropos.get("eval_reward_funcs") or []]
 
 
 def placeholder_dataset(cfg):
     """axolotl's trainer needs a train dataset; with Atropos the prompts come from the environments, so the
-    plugin's load_datasets hook returns one placeholder row per sequence of a step."""
+    plugin's load_datasets hook returns one placeholder row per sequence of a step. An eval set, when the config
+    asks for evaluation, is `test_datasets` prepared by axolotl's own loader (as the train set of a run whose
+    datasets they are)."""
     from axolotl.common.datasets import TrainDatasetMeta
     from datasets import Dataset
 
-    from grpo_plugin.config.checks import atropos_batch_size
+    from grpo_plugin.config.checks import atropos_batch_size, evaluates
 
     rows = max(1, atropos_batch_size(cfg))
+    eval_dataset = None
+    if evaluates(cfg) and cfg.get("test_datasets"):
+        from axolotl.loaders import load_tokenizer
+        from axolotl.utils.data.rl import prepare_preference_datasets
+
+        test_cfg = copy.deepcopy(cfg)
+        test_cfg["datasets"], test_cfg["test_datasets"], test_cfg["val_set_size"] = cfg["test_datasets"], None, 0
+        eval_dataset, _ = prepare_preference_datasets(test_cfg, load_tokenizer(cfg))
     return TrainDatasetMeta(train_dataset=Dataset.from_dict({"prompt": ["(rollouts come from Atropos)"] * rows}),
-                            eval_dataset=None, total_num_steps=int(cfg.get("max_steps") or 0) or None)
+                            eval_dataset=eval_dataset, total_num_steps=int(cfg.get("max_steps") or 0) or None)
 
 
 def _unusable(timeout: float, reasons: list[str]) -> str:
