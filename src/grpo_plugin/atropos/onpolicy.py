@@ -45,7 +45,6 @@ class EnvCheck:
     env_id: int | None
     lag0_rows: int
     mean_gap: float | None  # mean over the lag-0 rows of each row's mean |logp_env - logp_trainer| per token
-    max_gap: float | None
     unknown_rows: int  # rows the ledger does not know (not from this server's /generate)
     rejected_groups: tuple[int, ...]
 
@@ -74,8 +73,7 @@ def check(origin: Origin, gaps: list[float]) -> list[EnvCheck]:
         rejected = tuple(g for g, v in by_group.items()
                          if origin.reject is not None and sum(v) / len(v) > origin.reject)
         vals = [gaps[r] for r in lag0]
-        out.append(EnvCheck(env, len(lag0), sum(vals) / len(vals) if vals else None, max(vals, default=None),
-                            unknown, rejected))
+        out.append(EnvCheck(env, len(lag0), sum(vals) / len(vals) if vals else None, unknown, rejected))
     return out
 
 
@@ -109,13 +107,12 @@ def apply(origin: Origin, data: dict, advantages: torch.Tensor, real_rows: int) 
 
 def step_fields(found: list[EnvCheck]) -> dict:
     """What the check adds to the step's record: the largest per-env lag-0 gap, rows checked, rows of unknown
-    origin, groups rejected, and the per-env detail when any env is off."""
+    origin, groups rejected."""
     gaps = [c.mean_gap for c in found if c.mean_gap is not None]
-    out = {"atropos_logprob_gap_lag0": max(gaps) if gaps else None,
-           "atropos_lag0_rows": sum(c.lag0_rows for c in found),
-           "atropos_unknown_origin_rows": sum(c.unknown_rows for c in found),
-           "atropos_offpolicy_rejected_groups": sum(len(c.rejected_groups) for c in found)}
-    return out
+    return {"atropos_logprob_gap_lag0": max(gaps, default=None),
+            "atropos_lag0_rows": sum(c.lag0_rows for c in found),
+            "atropos_unknown_origin_rows": sum(c.unknown_rows for c in found),
+            "atropos_offpolicy_rejected_groups": sum(len(c.rejected_groups) for c in found)}
 
 
 def _say(msg: str) -> None:

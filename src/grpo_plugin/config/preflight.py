@@ -78,15 +78,16 @@ def _submodules(package: str) -> list[str]:
     return [m.name for m in pkgutil.iter_modules(getattr(pkg, "__path__", []))]
 
 
-def reward_func_problem(fqn: Any) -> str | None:
-    """None if `fqn` resolves as axolotl will resolve it (a callable, or a reward-model path / hub id)."""
+def reward_func_problem(fqn: Any, key: str = "trl.reward_funcs") -> str | None:
+    """None if `fqn` resolves as axolotl will resolve it (a callable, or a reward-model path / hub id); else what
+    is wrong, naming `key`."""
     if not isinstance(fqn, str) or not fqn:
-        return f"trl.reward_funcs: {fqn!r} is not an import path (module.function)"
+        return f"{key}: {fqn!r} is not an import path (module.function)"
     if os.path.isdir(fqn) or "/" in fqn:
         return None  # a reward model (local dir or hub id): axolotl loads it
     module_name, _, attr = fqn.rpartition(".")
     if not module_name:
-        return f"trl.reward_funcs: {fqn!r} is not an import path (module.function)"
+        return f"{key}: {fqn!r} is not an import path (module.function)"
     with _cwd_importable():
         try:
             module = importlib.import_module(module_name)
@@ -94,16 +95,16 @@ def reward_func_problem(fqn: Any) -> str | None:
             missing = exc.name or module_name
             parent = missing.rpartition(".")[0]
             hint = _suggest(missing, [f"{parent}.{m}" for m in _submodules(parent)]) if parent else ""
-            return (f"trl.reward_funcs: {fqn!r}: module {missing!r} not found (imported from {os.getcwd()})."
+            return (f"{key}: {fqn!r}: module {missing!r} not found (imported from {os.getcwd()})."
                     f"{hint}")
         except Exception as exc:  # the module exists but fails to import
-            return f"trl.reward_funcs: {fqn!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+            return f"{key}: {fqn!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
     fn = getattr(module, attr, None)
     if fn is None:
         public = [n for n in dir(module) if not n.startswith("_")]
-        return f"trl.reward_funcs: {fqn!r}: {module_name!r} has no {attr!r}.{_suggest(attr, public)}"
+        return f"{key}: {fqn!r}: {module_name!r} has no {attr!r}.{_suggest(attr, public)}"
     if not callable(fn):
-        return f"trl.reward_funcs: {fqn!r} is a {type(fn).__name__}, not a function"
+        return f"{key}: {fqn!r} is a {type(fn).__name__}, not a function"
     return None
 
 
@@ -197,8 +198,7 @@ def config_problems(data: dict, *, atropos_marker: str | None = None) -> list[st
         problems.append(reward_func_problem(fqn))
     atropos = _as_dict(_as_dict(data.get("grpo")).get("atropos"))
     for fqn in atropos.get("eval_reward_funcs") or []:
-        problem = reward_func_problem(fqn)
-        problems.append(problem and problem.replace("trl.reward_funcs:", "grpo.atropos.eval_reward_funcs:", 1))
+        problems.append(reward_func_problem(fqn, "grpo.atropos.eval_reward_funcs"))
     base = data.get("base_model")
     p = _path_problem("base_model", base)
     if p:

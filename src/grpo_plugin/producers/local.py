@@ -38,7 +38,6 @@ class LocalRolloutProducer(GRPODataProducer):
         it."""
         super().__init__(*args, **kwargs)
         self.spec = spec
-        self.client, self.gate, self.guard = spec.client, spec.gate, spec.guard
         self.max_policy_lag = max_policy_lag
         self.lag_timeout = lag_timeout
 
@@ -71,16 +70,16 @@ class LocalRolloutProducer(GRPODataProducer):
 
         def generate():
             # one lease per attempt: a redo after a recovery samples with the version the restore published
-            with self.gate.lease(min_version, timeout=self.lag_timeout) as lease:
-                return lease.version, self.client.generate(unique, model=lease.model, n=g, **sampling)
+            with spec.gate.lease(min_version, timeout=self.lag_timeout) as lease:
+                return lease.version, spec.client.generate(unique, model=lease.model, n=g, **sampling)
 
         # through the trainer's ServerGuard: on the main thread a lost server is brought back with the current
         # weights and the rollout generated again; in the prefetch thread the failure reaches the main thread
-        version, groups = self.guard.run("rollout", generate)
+        version, groups = spec.guard.run("rollout", generate)
         rollout_ms = (time.perf_counter() - t0) * 1e3
         completions_flat = [c for group in groups for c in group]
         completion_ids = [c.token_ids for c in completions_flat]
-        server_rows = [0] * len(replicas_of(self.client))  # several servers: how many each one sampled
+        server_rows = [0] * len(replicas_of(spec.client))  # several servers: how many each one sampled
         for c in completions_flat:
             server_rows[c.server] += 1
         sampling_lps = [c.logprobs for c in completions_flat]
