@@ -86,14 +86,16 @@ NR = {
                "setpriority": 141, "sched_setaffinity": 203, "sched_getaffinity": 204, "sched_setscheduler": 144,
                "sched_getscheduler": 145, "prlimit64": 302, "ioprio_set": 251, "ioprio_get": 252, "clone": 56,
                "setsid": 112, "socket": 41, "connect": 42, "sendto": 44, "fchmodat": 268, "fchmodat2": 452,
-               "utimensat": 280, "unlinkat": 263, "renameat2": 316, "mkdirat": 258, "open_by_handle_at": 304},
+               "utimensat": 280, "unlinkat": 263, "renameat2": 316, "mkdirat": 258, "open_by_handle_at": 304,
+               "unshare": 272, "setns": 308},
     "aarch64": {"read": 63, "write": 64, "openat": 56, "openat2": 437, "kill": 129, "tkill": 130, "tgkill": 131,
                 "rt_sigqueueinfo": 138, "pidfd_open": 434, "pidfd_send_signal": 424, "pidfd_getfd": 438,
                 "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "getpriority": 141,
                 "setpriority": 140, "sched_setaffinity": 122, "sched_getaffinity": 123, "sched_setscheduler": 119,
                 "sched_getscheduler": 120, "prlimit64": 261, "ioprio_set": 30, "ioprio_get": 31, "clone": 220,
                 "setsid": 157, "socket": 198, "connect": 203, "sendto": 206, "fchmodat": 53, "fchmodat2": 452,
-                "utimensat": 88, "unlinkat": 35, "renameat2": 276, "mkdirat": 34, "open_by_handle_at": 265},
+                "utimensat": 88, "unlinkat": 35, "renameat2": 276, "mkdirat": 34, "open_by_handle_at": 265,
+                "unshare": 97, "setns": 268},
 }
 
 PRELUDE = r'''
@@ -1131,6 +1133,72 @@ def test_the_program_cannot_name_other_processes(sb):
     named = [c[0].strip() for c, ok in zip(cases[1:], res.passed[1:]) if not ok]
     assert not named, f"the program can name other processes by pid (routes: {named}); stderr: {res.output[:600]}"
     assert_native_tried(res, "naming pids 1..64")
+
+
+# ==== namespaces and privileges ======================================================================================
+NS_BODY = r'''
+NEWNS, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET = 0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
+FLAGS = {"user": NEWUSER, "pid": NEWPID, "mount": NEWNS, "net": NEWNET, "ipc": NEWIPC, "uts": NEWUTS,
+         "user_pid": NEWUSER | NEWPID}
+
+
+@route
+def sys_unshare(t):
+    sc("unshare", FLAGS[t])
+    return "ok"
+
+
+@route
+def py_unshare(t):
+    os.unshare(FLAGS[t])
+    return "ok"
+
+
+@route
+def sys_setns(t):
+    fd = os.open(f"/proc/self/ns/{t}", os.O_RDONLY)
+    sc("setns", fd, FLAGS[t])
+    return "ok"
+
+
+@route
+def sys_clone(t):  # a child in new namespaces: it exits at once; the parent reports
+    pid = sc("clone", FLAGS[t] | 17, 0, 0, 0, 0)  # | SIGCHLD
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return "ok"
+
+
+@route
+def status(t):  # what the kernel says of this process: PR_GET_SECCOMP, PR_GET_NO_NEW_PRIVS, capget(2)
+    head = ctypes.create_string_buffer(struct.pack("=Ii", 0x20080522, 0))
+    data = ctypes.create_string_buffer(24)
+    lc("capget", head, data)
+    eff0, prm0, _, eff1, prm1, _ = struct.unpack("=6I", data.raw)
+    return f"seccomp={libc.prctl(21, 0, 0, 0, 0)} nnp={libc.prctl(39, 0, 0, 0, 0)} cap_eff={eff0 | eff1 << 32:x} " \
+           f"cap_prm={prm0 | prm1 << 32:x}"
+'''
+
+
+def test_no_namespace_or_capability_can_be_gained(sb):
+    """A new user namespace would give the program every capability inside it (then mounts, new PID and network
+    namespaces...). Every route to a namespace is refused with EPERM: the seccomp filter (inherited from the template,
+    which alone may use `unshare` / `setns` with exactly CLONE_NEWPID) refuses the rest, and the program holds no
+    capability, so the kernel refuses those two as well. The oracle is what the kernel answered the program (no effect
+    of a namespace is visible outside it): each route prints its error, and the kernel's own view of the process
+    (prctl, capget) shows the filter, no_new_privs and no capability."""
+    cases = [NATIVE_CASE]
+    for route, targets in (("sys_unshare", ("user", "pid", "mount", "net", "ipc", "uts", "user_pid")),
+                           ("py_unshare", ("user", "pid")), ("sys_setns", ("pid", "user", "net")),
+                           ("sys_clone", ("user", "pid", "net"))):
+        cases += [(f"{route} {t}\n", "refused PermissionError: [Errno 1] Operation not permitted") for t in targets]
+    cases.append(("status\n", "seccomp=2 nnp=1 cap_eff=0 cap_prm=0"))
+    (res,) = run_with_honest(sb, [StdioSuite(program(NS_BODY), cases)])
+    gained = [c[0].strip() for c, ok in zip(cases[1:], res.passed[1:]) if not ok]
+    assert not gained, f"a namespace or capability route was not refused as expected: {gained}; {res.detail}; " \
+                       f"stderr: {res.output[:800]}"
+    assert_native_tried(res, "namespaces")
 
 
 # ==== network ========================================================================================================

