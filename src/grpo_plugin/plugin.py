@@ -15,7 +15,7 @@ SERVE_MODULE = "grpo_plugin.serve"
 
 class GRPOPlugin(BasePlugin):
     def get_input_args(self) -> str:
-        return "grpo_plugin.config.preflight.GRPOPluginArgs"
+        return "grpo_plugin.args.GRPOPluginArgs"
 
     def register(self, cfg) -> None:
         """Runs on the raw config before validation (also for `axolotl vllm-serve`). axolotl reads

@@ -1,3 +1,4 @@
-"""The plugin's configuration: the `grpo:` schema (schema.py, pure pydantic), the cross-key checks (checks.py,
-grouped per mode), preflight (preflight.py: everything checkable before the model loads, in one message; it holds
-GRPOPluginArgs, what axolotl merges into its config model) and runtime lookups (lookups.py)."""
+"""The plugin's configuration: the `grpo:` schema (schema.py, pure pydantic), the cross-key checks that hold whatever
+the sync mode (checks.py; each mode's own rules sit beside the mode, sync/<mode>_rules.py), preflight
+(preflight.py: everything checkable before the model loads, in one message) and runtime lookups (lookups.py).
+grpo_plugin/args.py holds GRPOPluginArgs, what axolotl merges into its config model, which runs them in order."""

@@ -1,13 +1,12 @@
-"""Cross-key checks: the rules that need keys outside `grpo:` (trl:, vllm:, the adapter, the sharding backend),
-grouped per mode (ipc, Atropos, sharded training) below the common ones. Each raises ValueError naming the key and
-the fix.
+"""Cross-key checks: the rules that need keys outside `grpo:` (trl:, vllm:, the sharding backend, Atropos) and hold
+whatever the sync mode. Each sync mode's own rules sit beside the mode (sync/ipc_rules.py, ...; sync/rules.py picks
+them). Each raises ValueError naming the key and the fix.
 """
 
 from __future__ import annotations
 
 import difflib
 
-from grpo_plugin.config.schema import server_count
 from grpo_plugin.runtime import config_value, is_local, world_size
 
 
@@ -20,19 +19,6 @@ def check_cross_keys(data: dict) -> None:
     rl = getattr(data.get("rl"), "value", data.get("rl"))
     if str(rl).lower() != "grpo":
         raise ValueError(f"grpo: the grpo_plugin needs `rl: grpo` in the config (got rl: {rl!r}).")
-    if sync == "lora_sync" and data.get("adapter") not in ("lora", "qlora"):
-        raise ValueError(
-            "grpo.sync: lora_sync trains a LoRA adapter and hot-swaps it into vLLM, but `adapter:` is "
-            f"{data.get('adapter')!r}. Fix: add `adapter: lora` (with lora_r, lora_alpha, "
-            "lora_target_modules), or choose another grpo.sync mode."
-        )
-    if sync == "restart" and data.get("adapter"):
-        raise ValueError(
-            f"grpo.sync: restart syncs full weights for full fine-tuning, but `adapter: {data.get('adapter')}` "
-            "is set. Fix: use `grpo.sync: lora_sync` to train and hot-swap the adapter, or remove `adapter:`."
-        )
-    if sync == "ipc":
-        _check_ipc(data)
     if config_value(grpo, "atropos") is not None:
         _check_atropos(data, config_value(grpo, "atropos"))
     _check_sharded(data, sync)
@@ -110,49 +96,6 @@ def trl_problems(trl: dict) -> list[str]:
         problems.append(f"trl.generation_kwargs.{key}: the plugin sets `{key}` in every generation request itself "
                         f"({GENERATION_KWARGS_INSTEAD[key]}). Remove it from trl.generation_kwargs.")
     return problems
-
-
-def _check_ipc(data: dict) -> None:
-    """What one shared copy of the weights cannot do, each with the reason and the way out."""
-    vllm = data.get("vllm") or {}
-    problems = []
-    if data.get("adapter"):
-        problems.append(
-            f"`adapter: {data.get('adapter')}`: ipc shares the full weights for full fine-tuning (sharing a frozen "
-            "base under a LoRA adapter is not supported yet). Use `grpo.sync: lora_sync` for adapters, or remove "
-            "`adapter:`.")
-    for key in ("load_in_8bit", "load_in_4bit", "gptq"):
-        if data.get(key):
-            problems.append(f"`{key}: true`: quantized base weights cannot be trained in place. Remove {key}.")
-    host = str(config_value(vllm, "host") or "127.0.0.1")
-    if not is_local(host):
-        problems.append(f"`vllm.host: {host}`: the server must run on this machine (the weights are one "
-                        "shared-memory file). Use 127.0.0.1, or grpo.sync: restart / lora_sync for a remote server.")
-    for key in ("tensor_parallel_size", "data_parallel_size"):
-        if int(config_value(vllm, key) or 1) > 1:
-            problems.append(f"`vllm.{key}: {config_value(vllm, key)}`: ipc shares the weights of ONE vLLM worker "
-                            f"(>1 splits or replicates them). Set vllm.{key}: 1, or use grpo.sync: restart.")
-    from grpo_plugin.serverconfig import cuda_available, trainer_dtype
-
-    servers = server_count(data.get("grpo"))
-    if servers > 1 and cuda_available():
-        problems.append(f"{servers} servers: on CUDA ipc shares one GPU's weights with one server (several servers "
-                        "mapping one GPU copy is built only for vLLM-CPU). Use one server, or grpo.sync: restart / "
-                        "lora_sync with several.")
-    want = trainer_dtype(data)
-    have = config_value(vllm, "dtype")
-    aliases = {"bfloat16": ("bfloat16", "bf16"), "float16": ("float16", "fp16", "half"), "float32": ("float32",
-                                                                                                      "fp32", "float")}
-    if want and have not in (None, "auto") and str(have).removeprefix("torch.") not in aliases.get(want, (want,)):
-        problems.append(f"`vllm.dtype: {have}` but the trainer trains in {want}: one shared copy has one dtype. "
-                        "Remove vllm.dtype (the plugin passes the trainer's dtype) or change the precision keys.")
-    if data.get("deepspeed") or uses_fsdp(data):
-        problems.append("`deepspeed` / `fsdp`: ipc needs the trainer's parameters to stay views of the ONE shared "
-                        "copy; DeepSpeed flattens them (ZeRO-1/2) or splits them across ranks (ZeRO-3), FSDP shards "
-                        "them — a gathered copy would be the second copy ipc exists to avoid. Remove them: ipc runs "
-                        "one process or DDP ranks (docs/scaling.md); for ZeRO-3 use restart or lora_sync.")
-    if problems:
-        raise ValueError("grpo.sync: ipc cannot be used with this config:\n  - " + "\n  - ".join(problems))
 
 
 # The reward function the plugin names for Atropos runs: it hands the environments' scores to axolotl's reward

@@ -9,8 +9,8 @@ directory), local paths (a value that starts with `./`, `../`, `/` or `~`, or a 
 sync directory (writable; for full-weight modes, room for one copy of the weights, sized from the local
 checkpoint's safetensors headers). Hub ids are left to the hub.
 
-`GRPOPluginArgs` (what axolotl merges into its config model) lives here: the `grpo:` schema and the cross-key
-checks come from schema.py and checks.py, then these checks run, so the dependency points down.
+`GRPOPluginArgs` (grpo_plugin/args.py, what axolotl merges into its config model) runs these after the cross-key
+checks and the sync mode's own rules.
 """
 
 from __future__ import annotations
@@ -25,11 +25,6 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel, model_validator
-
-from grpo_plugin.config.checks import ATROPOS_DATASET_MARKER, check_cross_keys
-from grpo_plugin.config.schema import GRPOSettings
 
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
 TINY_BUILD = "python -m grpo_plugin.tiny --out demo"  # builds ./demo/tiny-qwen2 and ./demo/data (quickstarts)
@@ -207,20 +202,3 @@ def config_problems(data: dict, *, atropos_marker: str | None = None) -> list[st
     problems += dataset_problems(data.get("datasets"), atropos_marker)
     problems += sync_dir_problems(data)
     return [p for p in problems if p]
-
-
-class GRPOPluginArgs(BaseModel):
-    """Mixed into axolotl's config model by `GRPOPlugin.get_input_args()`."""
-
-    grpo: GRPOSettings | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _grpo_cross_checks(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            check_cross_keys(data)
-            problems = config_problems(data, atropos_marker=ATROPOS_DATASET_MARKER)
-            if problems:
-                raise ValueError(f"grpo_plugin found {len(problems)} problem(s) in the config (nothing was "
-                                 "loaded):\n" + "\n".join(f"  - {p}" for p in problems))
-        return data

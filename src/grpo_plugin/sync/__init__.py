@@ -1,9 +1,10 @@
-"""Weight-sync modes, picked by `grpo.sync`: one builder per mode (the schema allows only these names)."""
+"""Weight-sync modes, picked by `grpo.sync`: one builder per mode (the schema allows only these names). Each mode's
+config rules sit beside it (`<mode>_rules.py`, picked by rules.py) and load without torch, so this package imports
+nothing heavy itself: the modes and the verifiers (which need torch) load when used."""
 
 from __future__ import annotations
 
 from grpo_plugin.sync.base import SyncResult, WeightSync
-from grpo_plugin.sync.verify import DeferredVerifier, ProbeVerifier
 
 
 def _ipc(settings, client, shared: bool, gate) -> WeightSync:
@@ -50,6 +51,14 @@ def build_weight_sync(settings, client, gate) -> WeightSync:
     inside the server fence and announces the policy version (sync/fence.py). `gate`: the trainer's policy gate
     (sync/gate.py), which lora_sync and ipc consult themselves."""
     return MODES[settings.sync](settings, client, shared=settings.atropos is not None, gate=gate)
+
+
+def __getattr__(name: str):  # the verifiers need torch: loaded when asked for, not with the config rules
+    if name in ("DeferredVerifier", "ProbeVerifier"):
+        from grpo_plugin.sync import verify
+
+        return getattr(verify, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["MODES", "DeferredVerifier", "ProbeVerifier", "SyncResult", "WeightSync", "build_weight_sync"]
