@@ -1,4 +1,8 @@
-"""GRPOPlugin: wiring only. Listed under `plugins:` as `grpo_plugin.GRPOPlugin`."""
+"""GRPOPlugin: wiring only. Listed under `plugins:` as `grpo_plugin.GRPOPlugin`.
+
+axolotl imports this module whenever it loads a config (also for `axolotl vllm-serve` and `axolotl preprocess`):
+each hook imports what it needs when it runs, so loading a config does not load the trainer, the servers or torch.
+"""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 import requests
 import yaml
 
+from grpo_plugin.config.schema import AtroposSettings
 from grpo_plugin.server.process import Progress, port_in_use, stop_tree, wait_until
 from grpo_plugin.server.tether import kept
 
@@ -251,8 +252,6 @@ def with_grace(proc: subprocess.Popen, sig: int, timeout: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grpo_plugin.config.schema import AtroposSettings
-
     ap = argparse.ArgumentParser(prog="python -m grpo_plugin.atropos.launch", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("config", help="the axolotl YAML (with a grpo.atropos block)")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from grpo_plugin.codedata.contests import RowError, is_contest_row, parse_row
 from grpo_plugin.codedata.extract import extract_code, parses
+from grpo_plugin.sandbox import Sandbox
+from grpo_plugin.sandbox.suites import suite_for
 
 FORMATS = (("instruction", "response"), ("input", "output"))
 
@@ -122,9 +124,6 @@ def check_file(path: Path, run: bool = True, progress=sys.stderr) -> dict:
                 to_run.append((rep, job))
     ran = 0
     if run and to_run:
-        from grpo_plugin.sandbox import Sandbox
-        from grpo_plugin.sandbox.suites import suite_for
-
         t0 = time.monotonic()
         with Sandbox() as sb:
             for start in range(0, len(to_run), 64):

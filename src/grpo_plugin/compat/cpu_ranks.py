@@ -146,7 +146,7 @@ def describe_ranks(accelerator) -> str:
     plugin = getattr(accelerator.state, "deepspeed_plugin", None)
     if plugin is not None:
         kind += f" ZeRO-{plugin.zero_stage}"
-    from grpo_plugin.sync.ranks import for_accelerator
+    from grpo_plugin.sync.ranks import for_accelerator  # here: torch.distributed, when ranks are described
 
     if for_accelerator(accelerator).sharded:  # ZeRO-3 / FSDP2: every rank takes part in each sync
         role = ("gathers the weights with the other ranks, pushes them to vLLM" if accelerator.is_main_process

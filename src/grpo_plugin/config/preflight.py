@@ -26,6 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from grpo_plugin.serverconfig import trainer_dtype
+from grpo_plugin.storage import default_sync_root
+
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
 TINY_BUILD = "python -m grpo_plugin.tiny --out demo"  # builds ./demo/tiny-qwen2 and ./demo/data (quickstarts)
 
@@ -155,9 +158,6 @@ def _existing_parent(path: Path) -> Path:
 
 def sync_dir_problems(data: dict) -> list[str]:
     """The sync directory must be writable; full-weight modes need room for one copy of the weights."""
-    from grpo_plugin.serverconfig import trainer_dtype
-    from grpo_plugin.storage import default_sync_root
-
     grpo = _as_dict(data.get("grpo"))
     configured = grpo.get("sync_dir")
     root = Path(configured).expanduser() if configured else default_sync_root()

@@ -29,6 +29,8 @@ import pickle
 
 import torch
 
+from grpo_plugin.ipc.layout import hf_layout
+
 
 class CudaIpcError(RuntimeError):
     """The server's weights cannot be shared with this trainer through CUDA IPC (the message says why)."""
@@ -90,7 +92,6 @@ def export(model, *, model_name: str = "", hf_config=None) -> dict:
     caller keeps `model` alive: its memory is what the trainer maps."""
     from torch.multiprocessing.reductions import reduce_tensor
 
-    from grpo_plugin.ipc.layout import hf_layout
 
     named = list(model.named_parameters(remove_duplicate=False))
     devices = {p.device for _, p in named}

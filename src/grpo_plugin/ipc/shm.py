@@ -24,14 +24,14 @@ from pathlib import Path
 
 import torch
 
+from grpo_plugin.ipc.layout import hf_layout
+
 MANIFEST = "manifest.json"
 _ALIGN = 64
 
 
 def export(model, export_dir: Path, model_name: str = "", hf_config=None) -> dict:
     """Move every parameter storage of `model` into one shared file; returns the manifest (also written)."""
-    from grpo_plugin.ipc.layout import hf_layout
-
     export_dir.mkdir(parents=True, exist_ok=True)
     named = list(model.named_parameters(remove_duplicate=False))
     first_name: dict[int, str] = {}

@@ -48,7 +48,7 @@ class ShmTransport:
         self._fd: int | None = None
 
     def attach(self, manifest: dict) -> dict[str, torch.Tensor]:
-        from grpo_plugin.ipc.shm import map_manifest
+        from grpo_plugin.ipc.shm import map_manifest  # only the transport in use is loaded
 
         tensors = map_manifest(manifest)
         self.close()
@@ -84,7 +84,7 @@ class CudaTransport:
         self.manifest: dict | None = None
 
     def attach(self, manifest: dict) -> dict[str, torch.Tensor]:
-        from grpo_plugin.ipc.cuda import attach
+        from grpo_plugin.ipc.cuda import attach  # only the transport in use is loaded (CUDA)
 
         tensors = attach(manifest)
         self.manifest = manifest

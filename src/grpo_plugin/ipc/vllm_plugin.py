@@ -21,6 +21,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# vLLM loads this module in every one of its processes, ipc or not: anything beyond the environment check is imported
+# only when GRPO_IPC_EXPORT asks for it (and the CUDA side only on CUDA).
+
 ENV = "GRPO_IPC_EXPORT"
 SHARE_ENV = "GRPO_IPC_SHARE"
 ENTRY_POINT = "grpo_plugin_ipc"  # its name in pyproject.toml (for VLLM_PLUGINS allow-lists)

@@ -33,8 +33,13 @@ from grpo_plugin.atropos.fetcher import AtroposTimeout, BatchFetcher
 from grpo_plugin.atropos.group_tensors import TensorBatch, tensorize, warm_up
 from grpo_plugin.atropos.onpolicy import Origin
 from grpo_plugin.atropos.spool import Spool
+from grpo_plugin.config import lookups
+from grpo_plugin.config.checks import atropos_batch_size, evaluates
+from grpo_plugin.config.preflight import import_callable
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, TEMPERATURES, AtroposBatch, PolicyLag, Rollout
 from grpo_plugin.producers.spec import GenerationSpec
+from grpo_plugin.server.client import VLLMServerClient
+from grpo_plugin.server.process import Progress, wait_until
 
 
 def env_score(prompts=None, completions=None, atropos_score=None, **kwargs) -> list[float | None]:
@@ -56,10 +61,7 @@ def env_score(prompts=None, completions=None, atropos_score=None, **kwargs) -> l
 
 
 def _eval_reward_funcs() -> list:
-    from grpo_plugin.config.lookups import loaded_cfg
-    from grpo_plugin.config.preflight import import_callable
-
-    atropos = (loaded_cfg().get("grpo") or {}).get("atropos") or {}
+    atropos = (lookups.loaded_cfg().get("grpo") or {}).get("atropos") or {}
     return [import_callable(p) for p in atropos.get("eval_reward_funcs") or []]
 
 
@@ -71,7 +73,6 @@ def placeholder_dataset(cfg):
     from axolotl.common.datasets import TrainDatasetMeta
     from datasets import Dataset
 
-    from grpo_plugin.config.checks import atropos_batch_size, evaluates
 
     rows = max(1, atropos_batch_size(cfg))
     eval_dataset = None
@@ -173,7 +174,6 @@ class AtroposProducer(BaseDataProducer):
         self._saving = str(getattr(args.save_strategy, "value", args.save_strategy)) != "no"
         root = self.settings.spool_dir or str(Path(args.output_dir) / "atropos_spool")
         self.spool = Spool(root, span=span)
-        from grpo_plugin.server.process import Progress, wait_until
 
         if not self.api.reachable():
             waited = wait_until(self.api.reachable, self.settings.wait_timeout or 1e12,
@@ -196,12 +196,10 @@ class AtroposProducer(BaseDataProducer):
             _say(f"resuming at step {global_step}: {len(replay)} spooled batch(es) are trained first "
                  f"(from {root}), then new ones from the run-api")
         self._register(global_step + len(replay))
-        from grpo_plugin.config.lookups import loaded_cfg
 
-        self._max_len = self.settings.max_token_len or int(loaded_cfg().get("sequence_len") or 2048)
+        self._max_len = self.settings.max_token_len or int(lookups.loaded_cfg().get("sequence_len") or 2048)
         self._scale = {True: "group", False: "none"}.get(spec.scale_rewards, spec.scale_rewards)
         self._temperature = float(spec.temperature or 1.0)
-        from grpo_plugin.server.client import VLLMServerClient
 
         self._version_client = VLLMServerClient(spec.client.base_url, timeout=30)
         self.fetcher = BatchFetcher(
@@ -213,9 +211,8 @@ class AtroposProducer(BaseDataProducer):
 
     def _register(self, starting_step: int) -> None:
         args = self.args
-        from grpo_plugin.config.lookups import loaded_cfg
 
-        cfg = loaded_cfg()
+        cfg = lookups.loaded_cfg()
         interval = int(args.save_steps) if self._saving and float(args.save_steps).is_integer() else -1
         self.api.register(batch_size=self.global_batch, max_token_len=self.settings.max_token_len or int(
             cfg.get("sequence_len") or 2048), starting_step=starting_step, num_steps=int(args.max_steps),

@@ -23,6 +23,7 @@ import torch
 from axolotl.core.trainers.grpo.async_trainer import GRPODataProducer, RolloutDataset
 from trl.data_utils import is_conversational
 
+from grpo_plugin.config import lookups
 from grpo_plugin.producers.completion_tensors import rollout_tensors
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, Rollout
 from grpo_plugin.producers.spec import GenerationSpec
@@ -140,7 +141,5 @@ def generation_kwargs(args) -> dict:
     0.21) does not pass this key on to TRL's args, so it is read from the config axolotl loaded when they lack it."""
     value = getattr(args, "generation_kwargs", None)
     if not value:
-        from grpo_plugin.config.lookups import loaded_cfg
-
-        value = (loaded_cfg().get("trl") or {}).get("generation_kwargs")
+        value = (lookups.loaded_cfg().get("trl") or {}).get("generation_kwargs")
     return dict(value or {})

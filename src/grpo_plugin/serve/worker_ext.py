@@ -24,7 +24,7 @@ class GRPOWorkerExtension:
     def grpo_ipc_manifest(self) -> dict:
         """`grpo.sync: ipc`: the manifest of the shared weight file this worker computes with (the trainer maps
         it), or {"error": ...} when the server was not started for ipc."""
-        from grpo_plugin.ipc import vllm_plugin
+        from grpo_plugin.ipc import vllm_plugin  # here: in vLLM's workers, for ipc only
 
         if vllm_plugin.EXPORTED is None:
             return {"error": "this vLLM server does not share its weights: it was not started for grpo.sync: "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
+from grpo_plugin.server import managed
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.group import ServerGroup, replicas_of
 from grpo_plugin.server.process import Progress, wait_until
@@ -43,8 +44,6 @@ def connect(urls: list[str], timeout: float):
 def wait_for_servers(client, timeout: float) -> None:
     """Every server answers /health: the managed ones are watched as they start (a server that exits is an
     error with its log); others are waited for with a line saying how to start them."""
-    from grpo_plugin.server import managed
-
     procs = managed.servers()
     clients = replicas_of(client)
     for i, c in enumerate(clients):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.tether import tethered
 from grpo_plugin.serverconfig import (
     FORK_ENGINE_ENV,
@@ -135,7 +136,7 @@ class ServerSpec:
         exported there instead of exporting its own (several servers, one copy: ipc/shm.py `adopt`)."""
         env = dict(os.environ if base is None else base)
         if ipc_export is not None:
-            from grpo_plugin.ipc import gemm, vllm_plugin
+            from grpo_plugin.ipc import gemm, vllm_plugin  # here: they import torch (~1.3 s), ipc runs only
 
             env[vllm_plugin.ENV] = str(ipc_export)
             if ipc_share:
@@ -383,8 +384,6 @@ class VLLMServerProcess:
 def launch(spec: ServerSpec, log_path: str | Path | None = None, timeout: float = 300.0,
            client_timeout: float = 120.0):
     """Start a server and wait for its /health: (server, client). A server that never gets healthy is stopped."""
-    from grpo_plugin.server.client import VLLMServerClient
-
     server = VLLMServerProcess(spec, log_path=log_path)
     server.start()
     client = VLLMServerClient(spec.base_url, timeout=client_timeout)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from grpo_plugin.server import managed
 from grpo_plugin.server.client import ServerError, ServerLost
 from grpo_plugin.server.group import replicas_of
 from grpo_plugin.server.process import Progress, ServerStartError, wait_until
@@ -88,8 +89,6 @@ class ServerGuard:
         (restart_strategy: process), the guard only stops them. `enabled=False`: calls pass through untouched
         (no watch, no recovery)."""
         if servers is None:
-            from grpo_plugin.server import managed
-
             servers = managed.servers
         self.client, self.restore, self.step, self.servers = client, restore, step, servers
         self.budget = RestartBudget(max_restarts, restart_window_s)

@@ -15,6 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from grpo_plugin.serverconfig import WORKER_EXTENSION
+
 if TYPE_CHECKING:
     from grpo_plugin.server.client import VLLMServerClient
 
@@ -133,8 +135,6 @@ def explain_rpc_failure(mode: str, msg: str, otherwise: str) -> str:
 
 def extends_ours(qualname: str | None) -> bool:
     """True if the server's worker extension is ours or a subclass of it (e.g. the benchmark's)."""
-    from grpo_plugin.serverconfig import WORKER_EXTENSION
-
     if qualname == WORKER_EXTENSION:
         return True
     if not qualname or "." not in qualname:
@@ -142,7 +142,7 @@ def extends_ours(qualname: str | None) -> bool:
     try:
         import importlib
 
-        from grpo_plugin.serve.worker_ext import GRPOWorkerExtension
+        from grpo_plugin.serve.worker_ext import GRPOWorkerExtension  # only for a subclass's name: rare
 
         module, _, name = qualname.rpartition(".")
         cls = getattr(importlib.import_module(module), name)
@@ -154,8 +154,7 @@ def extends_ours(qualname: str | None) -> bool:
 def require_worker_extension(client: VLLMServerClient, mode: str, purpose: str) -> None:
     """The worker extension must be there BEFORE the first call: on vLLM 0.32 a collective_rpc of a method the
     workers lack kills the engine (EngineDeadError) instead of answering an error."""
-    from grpo_plugin.server.client import ServerError
-    from grpo_plugin.serverconfig import WORKER_EXTENSION
+    from grpo_plugin.server.client import ServerError  # here: this module loads with the config rules (no requests)
 
     try:
         ext = client.worker_extension()

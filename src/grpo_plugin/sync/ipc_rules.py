@@ -3,10 +3,10 @@ and ONE vLLM worker on this machine rules out. No torch here: it runs when the c
 
 from __future__ import annotations
 
+from grpo_plugin import serverconfig
 from grpo_plugin.config.checks import uses_fsdp
 from grpo_plugin.config.schema import server_count
 from grpo_plugin.runtime import config_value, is_local
-from grpo_plugin import serverconfig
 
 
 def check(data: dict) -> None:

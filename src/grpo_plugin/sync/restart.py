@@ -20,8 +20,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from grpo_plugin.server import managed
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.server.group import replicas_of
+from grpo_plugin.server.process import Progress, ServerStartError
 from grpo_plugin.storage import SyncDir
 from grpo_plugin.sync.base import (
     PrefixCacheReset,
@@ -106,8 +108,6 @@ class _ProcessRestart:
         self.client, self._servers, self.timeout = client, servers, timeout
 
     def apply(self, weights_dir: str) -> dict:
-        from grpo_plugin.server.process import Progress, ServerStartError
-
         servers = self._servers()
         if not servers:
             raise SyncError("grpo.sync=restart with restart_strategy=process needs the server the trainer "
@@ -171,8 +171,6 @@ class RestartSync:
             self.strategy = InPlaceReload(client, rpc_timeout)
         else:
             if servers is None:
-                from grpo_plugin.server import managed
-
                 servers = managed.servers
             self.strategy = _ProcessRestart(client, servers, start_timeout)
         self.storage = SyncDir("restart", sync_dir)

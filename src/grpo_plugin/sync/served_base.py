@@ -70,7 +70,7 @@ class ServedBase:
                 "`grpo.verify_tolerance` (docs/modes.md, QLoRA).")
 
     def prepare(self, handle) -> None:
-        from grpo_plugin.quant.dequant import (
+        from grpo_plugin.quant.dequant import (  # here: bitsandbytes, for quantized bases only
             compute_dtype,
             describe,
             keep_training_numerics,
@@ -96,7 +96,7 @@ class ServedBase:
         self._reload.prepare()
 
     def _send_base(self) -> None:
-        from grpo_plugin.quant.dequant import dequantized_base
+        from grpo_plugin.quant.dequant import dequantized_base  # here: bitsandbytes, for quantized bases only
 
         t0 = time.perf_counter()
         tensors = dequantized_base(self._model)
