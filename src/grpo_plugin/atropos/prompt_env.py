@@ -3,7 +3,7 @@ grpo_plugin's vLLM server, scored by a TRL-style reward function named by import
 local GRPO runs use (`rewards.toy.digit_reward`, `rewards.gsm8k.accuracy_reward`, ...).
 
 Completions are generated through atroposlib's ManagedServer with `server_type: vllm`, i.e. the server's
-`/generate` route (serve/routes.py): every group carries token ids, masks and the sampling logprobs
+`/generate` route (in_vllm/routes.py): every group carries token ids, masks and the sampling logprobs
 (`inference_logprobs`) the trainer's importance-sampling correction needs, and `generation_params.temperature`.
 
 Run it (from the repo root, so `rewards.*` import; `python -m grpo_plugin.atropos.launch` does this for you):

@@ -11,7 +11,7 @@ would kill vLLM 0.32's engine, which axolotl's route does not do either).
 
 from __future__ import annotations
 
-from grpo_plugin.serve.worker_ext import GRPOWorkerExtension
+from grpo_plugin.in_vllm.worker_ext import GRPOWorkerExtension
 
 try:  # axolotl <= 0.19; gone in 0.21, whose full-weight sync is NCCL only (restart.py then skips this side)
     from axolotl.scripts.vllm_worker_ext import BatchWeightSyncWorkerExtension

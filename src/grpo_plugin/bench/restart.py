@@ -22,7 +22,7 @@ NO_AXOLOTL_HTTP = "this axolotl syncs full weights over NCCL only (no HTTP sync)
 
 
 BENCH_WORKER_EXTENSION = ("grpo_plugin.bench.axolotl_worker.BenchWorkerExtension" if AXOLOTL_HTTP_SYNC
-                          else "grpo_plugin.serve.worker_ext.GRPOWorkerExtension")
+                          else "grpo_plugin.in_vllm.worker_ext.GRPOWorkerExtension")
 
 
 def _axolotl_http_sync(client, model) -> tuple[float, list[str]]:

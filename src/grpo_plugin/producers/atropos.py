@@ -1,7 +1,7 @@
 """Atropos rollouts: pre-scored groups from Atropos environments, pulled from the run-api (`grpo.atropos:`).
 
 A DataProducer on axolotl's protocol. Environments generate against the trainer's vLLM server (its `/generate`
-route, serve/routes.py), score the completions and post groups to the run-api; this producer registers the
+route, in_vllm/routes.py), score the completions and post groups to the run-api; this producer registers the
 trainer there, fetches batches in the background (atropos/fetcher.py), keeps every fetched batch on disk until a
 checkpoint covers it (atropos/spool.py), tensorises them (atropos/group_tensors.py) and hands axolotl *deferred*
 rollouts: axolotl's main thread then computes the policy logprobs with the current weights and the

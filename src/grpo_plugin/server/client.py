@@ -261,7 +261,7 @@ class VLLMServerClient:
     def resume(self) -> None:
         self._post("/resume", {})
 
-    # -- policy versions (grpo_plugin's routes, serve/routes.py) -----------------------------------
+    # -- policy versions (grpo_plugin's routes, in_vllm/routes.py) -----------------------------------
     def set_policy(self, version: int, model: str | None) -> None:
         """Tell the server which policy version it now computes with, and the model name that serves it."""
         try:

@@ -156,7 +156,7 @@ class ServerSpec:
         if self.engine_in_one_process:
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # vLLM-CPU honours `uni` only with this
         if not cuda_available():
-            if self.engine_in_one_process:  # the engine process forked, not spawned (serve/fork_engine.py): ~9 s
+            if self.engine_in_one_process:  # the engine process forked, not spawned (in_vllm/fork_engine.py): ~9 s
                 env.setdefault(FORK_ENGINE_ENV, "1")  # (a VLLM_PLUGINS allow-list without it: spawned)
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cpu_kv_cache_gb))
             if self.cpu_bind is not None:

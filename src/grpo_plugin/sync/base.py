@@ -142,7 +142,7 @@ def extends_ours(qualname: str | None) -> bool:
     try:
         import importlib
 
-        from grpo_plugin.serve.worker_ext import GRPOWorkerExtension  # only for a subclass's name: rare
+        from grpo_plugin.in_vllm.worker_ext import GRPOWorkerExtension  # only for a subclass's name: rare
 
         module, _, name = qualname.rpartition(".")
         cls = getattr(importlib.import_module(module), name)

@@ -7,7 +7,7 @@ generation, and a prefix-cache reset fails while requests hold KV blocks (vLLM a
    ones, then drops the prefix cache;
 2. the write (a LoRA load, an in-place reload, or — for ipc — the optimizer step itself);
 3. `POST /grpo/policy` — the policy version the server now computes with (requests admitted from here on are
-   recorded under it, serve/ledger.py);
+   recorded under it, in_vllm/ledger.py);
 4. `POST /resume`.
 
 If the write fails, generation is resumed anyway (nothing new is announced) and the error is raised.

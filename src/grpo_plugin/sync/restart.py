@@ -6,7 +6,7 @@ file is replaced, so the directory never holds more than one copy). Then one of 
 (`grpo.restart_strategy`) makes the server serve it:
 
 - `reload` (default): vLLM reloads the file in place through our worker extension
-  (serve/worker_ext.py: vLLM's own `reload_weights`, then the derived copies it leaves stale — on vLLM-CPU the
+  (in_vllm/worker_ext.py: vLLM's own `reload_weights`, then the derived copies it leaves stale — on vLLM-CPU the
   prepacked GEMM of a tied lm_head — are rebuilt), and the prefix cache is reset. Tens of milliseconds.
 - `process`: the managed servers (those `axolotl train` started; only their own process trees) are stopped and
   started again on the sync directory, under the same served name, port and tokenizer. Tens of seconds; for

@@ -5,7 +5,7 @@ or 8-bit one: rollouts would come from another policy than the one trained (the 
 post-sync probe measures it: mean |Δlogp| 0.07 with nf4 on the tiny model, tolerance 1e-4). So before the first
 adapter push, and again on every fresh server after a recovery, this wrapper writes the trainer's own base,
 dequantized exactly as its matmul uses it (quant/dequant.py), and the server reloads it in place through the same
-path as `grpo.sync: restart` (serve/worker_ext.py: vLLM's reload_weights; runtime LoRA stays on). The adapter
+path as `grpo.sync: restart` (in_vllm/worker_ext.py: vLLM's reload_weights; runtime LoRA stays on). The adapter
 pushes then go on as usual, each verified by the probe against the trainer's quantized model.
 
 The file is written into a private sync directory and removed once loaded; the server keeps its weights in its

@@ -1,5 +1,5 @@
 """Routes the grpo_plugin adds to the stock vLLM OpenAI server, through vLLM's own `--middleware` flag
-(the serve module and the managed server pass `--middleware grpo_plugin.serve.routes.grpo_routes`).
+(the serve module and the managed server pass `--middleware grpo_plugin.in_vllm.routes.grpo_routes`).
 
 - `POST /generate` — the token-level route Atropos environments call with `server_type: vllm`
   (atroposlib's VLLMServer / ManagedServer): body `{"prompt": {"prompt_token_ids": [...]} | "text", "logprobs": k,
@@ -17,7 +17,7 @@
   rows an adapter (rows without a LoRA index slot -1): a mix of base and policy. Requests naming an adapter, or
   sent while no adapter is announced, pass unchanged.
 - `POST /grpo/policy_versions {"fingerprints": [...]}` → `{"versions": [int|null, ...]}` — which version
-  produced each sequence `/generate` returned (serve/ledger.py).
+  produced each sequence `/generate` returned (in_vllm/ledger.py).
 
 State lives in this API-server process (vLLM's default of one API server; `--api-server-count > 1` would
 split it). Logprobs are what the server was started with: our servers use `--logprobs-mode processed_logprobs`,
@@ -33,7 +33,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from grpo_plugin.serve.ledger import Ledger
+from grpo_plugin.in_vllm.ledger import Ledger
 
 POLICY: dict[str, Any] = {"version": None, "model": None}
 LEDGER = Ledger()
