@@ -256,6 +256,8 @@ def _atropos_lines(a: dict | None, f) -> list[str]:
         f" · padding rows {a['padding_rows']}",
         f"  policy lag mean {f(a['policy_lag_mean'], '.2f')} · max {f(a['policy_lag_max'], 'd')}"
         f" ({', '.join(a['policy_lag_source']) or 'no source'})",
+        *(f"  env {env}: {e['rows']} rows over {e['steps']} steps · reward {f(e['reward_mean_first_20pct'], '.3f')}"
+          f" → {f(e['reward_mean_last_20pct'], '.3f')}" for env, e in (a.get("envs") or {}).items()),
     ]
 
 

@@ -216,7 +216,28 @@ def atropos_summary(records: list[dict], settings: GRPOSettings) -> dict:
                                      if r.get("atropos_logprob_gap_lag0") is not None), default=None),
         "offpolicy_rejected_groups": sum(r.get("atropos_offpolicy_rejected_groups") or 0 for r in records),
         "unknown_origin_rows": sum(r.get("atropos_unknown_origin_rows") or 0 for r in records),
+        "envs": envs_summary(records),
     }}
 
 
-__all__ = ["StepMetricsCallback", "StepRecorder", "atropos_summary"]
+def envs_summary(records: list[dict]) -> dict[str, dict]:
+    """Per environment (env_id): the rows it had trained, and its mean reward over the first and the last 20% of
+    the steps it took part in."""
+    steps: dict[str, list[dict]] = {}
+    for r in records:
+        for env, stats in (r.get("atropos_envs") or {}).items():
+            steps.setdefault(env, []).append(stats)
+    out = {}
+    for env, seen in sorted(steps.items()):
+        k = max(1, len(seen) // 5)
+
+        def mean(part):
+            rows = sum(s["rows"] for s in part)
+            return round(sum(s["reward_mean"] * s["rows"] for s in part) / rows, 4) if rows else None
+
+        out[env] = {"rows": sum(s["rows"] for s in seen), "steps": len(seen),
+                    "reward_mean_first_20pct": mean(seen[:k]), "reward_mean_last_20pct": mean(seen[-k:])}
+    return out
+
+
+__all__ = ["StepMetricsCallback", "StepRecorder", "atropos_summary", "envs_summary"]

@@ -109,6 +109,44 @@ def test_quickstart_learns_from_an_atropos_env_with_every_sync_verified(tmp_path
     assert_everything_stopped(log)
 
 
+def test_third_party_environments_train_on_every_route_they_use(tmp_path, tiny_model_dir, tiny_data_file,
+                                                                cache_env):
+    """Three environments written as the Atropos project writes its own (tests/e2e/third_party_env.py: no code of
+    the plugin's), one per route: atroposlib's managed server with chat_completion, with completion, and the plain
+    OpenAI completions API naming the BASE model (the env builds tokens and logprobs from the reply). One launcher
+    run, lora_sync, the probe after every push answered while the three keep generating: every sync verified, the
+    reward rising, and EACH environment's reward high at the end — including the OpenAI route's, which would stay
+    at the untrained model's if its base-named requests sampled the base model instead of the adapter being
+    trained. Its rows are not in the server's ledger: counted as of unknown origin, their lag a lower bound."""
+    steps = 16
+    envs = [{"module": "tests.e2e.third_party_env",
+             "args": ["--env.data_path", str(tiny_data_file), "--env.route", route, "--env.max_batches_offpolicy", "1"]}
+            for route in ("managed_chat", "managed_completion", "openai")]
+    path, cfg = atropos_config(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps, atropos={"envs": envs})
+    proc = launch(path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    recs = records(cfg)
+    assert [r["step"] for r in recs] == list(range(1, steps + 1))
+    assert all(r["sync_pushed"] and r["sync_logprob_diff"] is not None and r["sync_logprob_diff"] <= 1e-4
+               for r in recs), [r["sync_logprob_diff"] for r in recs]
+    s = summary(cfg)
+    assert s["all_syncs_verified"] is True, s
+    a = s["atropos"]
+    assert a["batches_trained"] == steps and a["rejected_groups"] == 0 and a["offpolicy_rejected_groups"] == 0, a
+    assert a["unknown_origin_rows"] > 0, a  # the OpenAI route's rows: not generated through /generate
+    assert len(a["envs"]) == 3, a["envs"]  # every route sent groups that trained
+    print("per environment:", a["envs"], "unknown-origin rows:", a["unknown_origin_rows"])
+    assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
+    # the untrained model's completions are ~5-10% digits: an environment whose samples did not come from the
+    # policy being trained (the OpenAI route's base-named requests served by the base model) stays there
+    for env_id, e in a["envs"].items():
+        assert e["reward_mean_last_20pct"] > 0.6, (env_id, a["envs"])
+    pids = started_pids(log)
+    assert sum(name.startswith("environment") for name in pids) == 3, pids
+    assert all(gone(pid, timeout=10) for pid in pids.values()), pids
+
+
 # Full-weight training on Atropos batches: `ipc` (the mode whose writes Atropos's own generation must be fenced
 # from). `restart` under Atropos is the same producer and the same fence wrapper (tests/unit: every sync mode
 # through the Atropos fence, tests/unit/test_ranks.py); its e2e run was folded to keep CI in its budget

@@ -157,3 +157,30 @@ def test_openai_routes_naming_the_base_model_are_served_by_the_announced_adapter
         assert chat.json()["model"] == sync.generation_model
     named_adapter = client.prompt_logprobs(probe_ids, model=sync.generation_model)
     assert named_adapter == adapter_lps  # a request naming an adapter passes unchanged
+
+
+def test_the_probe_also_checks_requests_naming_the_base_model(vllm_server, peft_trainer, probe_ids, request):
+    """Atropos with lora_sync: the post-sync probe also asks under the base model's name (what environments'
+    OpenAI-route calls send). With the adapter announced it passes; when base-named requests are NOT served by the
+    pushed adapter (here: nothing announced, so the route leaves them to the base model) the push fails saying so."""
+    from grpo_plugin.sync.base import SyncResult
+    from grpo_plugin.sync.verify import ProbeVerifier
+
+    _, client = vllm_server
+    sync = LoraSync(client, adapter_name="t-probe-base-name")
+    request.addfinalizer(sync.close)
+    request.addfinalizer(lambda: client.set_policy(0, None))
+    sync.prepare(peft_trainer)
+    perturb_lora(peft_trainer.model, scale=0.2, seed=13)
+    sync.push(0)
+    verifier = ProbeVerifier(client, probe_ids, 1e-4, "lora_sync", also_base=True)
+    client.set_policy(1, sync.generation_model)
+    ok = verifier.verify(peft_trainer.model, sync.generation_model, SyncResult(step=1, sync_ms=0.0))
+    assert ok.logprob_diff <= 1e-4 and verifier.named_gap is not None and verifier.named_gap <= 1e-4
+    client.set_policy(1, None)  # the base model's name now samples the base model
+    with pytest.raises(probe.SyncVerificationError, match="Requests naming the base model .* were not answered by "
+                                                          "the pushed policy"):
+        verifier.verify(peft_trainer.model, sync.generation_model, SyncResult(step=2, sync_ms=0.0))
+    # without the extra check the same push verifies: the adapter itself is right
+    plain = ProbeVerifier(client, probe_ids, 1e-4, "lora_sync")
+    assert plain.verify(peft_trainer.model, sync.generation_model, SyncResult(step=2, sync_ms=0.0)).logprob_diff <= 1e-4

@@ -74,3 +74,25 @@ def test_a_rollout_carries_its_record_under_one_key():
         record_of({"completion_ids": torch.zeros(8, 2)})
 
 
+
+
+def test_each_environments_rows_and_reward_are_recorded_per_step_and_summarised():
+    """Atropos with several environments: each step's record says how many rows each env_id had trained and their
+    mean reward (padding rows excluded); the summary gives each environment's reward at the start and the end."""
+    from grpo_plugin.atropos.onpolicy import Origin
+    from grpo_plugin.recorder import envs_summary
+
+    records = []
+    for step, (r0, r1) in enumerate([(0.0, 0.5), (0.2, 0.5), (0.4, 0.5), (0.6, 0.5), (0.8, 0.5)]):
+        origin = Origin(step=step, env_ids=[0, 0, 1, 1], groups=[0, 0, 1, 1], versions=None, warn=0.05, reject=0.5)
+        rollout = Rollout(wait_ms=0.0, advantages=torch.zeros(6), real_rows=4, origin=origin)
+        data = {"advantages": torch.zeros(6)}
+        rollout.scored_rewards(data, torch.tensor([r0, r0, r1, r1 + 0.5, float("nan"), float("nan")]))
+        rec = StepRecorder()
+        rec.took(rollout, synced_version=step)
+        rec.scored(torch.tensor([r0]), rollout)
+        records.append(rec.record(step + 1, 1.0, mode="lora_sync", outages=[]))
+    assert records[0]["atropos_envs"] == {"0": {"rows": 2, "reward_mean": 0.0}, "1": {"rows": 2, "reward_mean": 0.75}}
+    envs = envs_summary(records)
+    assert envs["0"] == {"rows": 10, "steps": 5, "reward_mean_first_20pct": 0.0, "reward_mean_last_20pct": 0.8}
+    assert envs["1"]["reward_mean_first_20pct"] == envs["1"]["reward_mean_last_20pct"] == 0.75

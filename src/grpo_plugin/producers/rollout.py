@@ -55,6 +55,7 @@ class Rollout:
     batch: AtroposBatch | None = None
     origin: onpolicy.Origin | None = None  # Atropos: which env, group and policy version each real row comes from
     onpolicy: list[onpolicy.EnvCheck] = field(default_factory=list)  # what scoring found (atropos/onpolicy.py)
+    by_env: dict[str, dict] | None = None  # Atropos, once scored: each environment's rows and mean reward
 
     def step_fields(self) -> dict:
         """What this rollout adds to its step's metrics record (grpo_metrics.jsonl)."""
@@ -67,6 +68,8 @@ class Rollout:
                        atropos_padding_rows=self.batch.padding_rows, atropos_queued=self.batch.queued)
         if self.onpolicy:
             out.update(onpolicy.step_fields(self.onpolicy))
+        if self.by_env is not None:
+            out["atropos_envs"] = self.by_env
         return out
 
     def scored_rewards(self, data: dict, rewards: torch.Tensor) -> torch.Tensor:
@@ -75,10 +78,21 @@ class Rollout:
         score)."""
         if self.advantages is None:
             return rewards
+        real = rewards[: self.real_rows]
         if self.origin is not None:
             self.onpolicy = onpolicy.apply(self.origin, data, self.advantages, self.real_rows)
+            self.by_env = by_env(self.origin.env_ids, real.tolist())
         data["advantages"] = self.advantages
-        return rewards[: self.real_rows]
+        return real
+
+
+def by_env(env_ids: list, rewards: list[float]) -> dict[str, dict]:
+    """Each environment's rows in a batch and their mean reward, keyed by env_id as text (JSON keys): which
+    environment sent what, and which one learns."""
+    out: dict[str, list[float]] = {}
+    for env, r in zip(env_ids, rewards):
+        out.setdefault(str(env), []).append(float(r))
+    return {env: {"rows": len(rs), "reward_mean": round(sum(rs) / len(rs), 6)} for env, rs in sorted(out.items())}
 
 
 def record_of(data: dict) -> Rollout:

@@ -78,9 +78,11 @@ class SyncSession:
         lengths = [x for x in (getattr(unwrapped.config, "max_position_embeddings", None),
                                (loaded_cfg().get("vllm") or {}).get("max_model_len")) if x]
         probe_ids = tokenizer(self.settings.probe_text, add_special_tokens=False)["input_ids"]
+        # environments name the base model on the OpenAI routes: in lora_sync the adapter must answer those too
         self.verifier = ProbeVerifier(self.client, probe_ids, self.tolerance, self.mode,
                                       max_len=min(lengths) if lengths else None, forward=ranks.logprobs,
-                                      context=lambda: getattr(self.weight_sync, "verify_context", ""))
+                                      context=lambda: getattr(self.weight_sync, "verify_context", ""),
+                                      also_base=self.settings.atropos is not None and self.mode == "lora_sync")
         self.deferred = DeferredVerifier(self.verifier, self.gate)
 
     # ---- the push before a rollout ------------------------------------------------------------

