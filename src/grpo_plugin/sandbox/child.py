@@ -67,17 +67,23 @@ def _install_exit() -> None:
         pass
 
 
-def prepare_interpreter(scratch: str, site_dirs: list[str]) -> None:
-    """The program's view: its scratch directory as cwd, HOME and TMPDIR; site-packages importable (numpy where
-    installed); `exit()` / `quit()`; `sys.argv` as `python solution.py` gives it."""
-    os.chdir(scratch)
+def prepare_common(site_dirs: list[str]) -> None:
+    """What every program's interpreter shares, set once in the fork server before the template is forked (each
+    program's process then only moves into its scratch directory): site-packages importable (numpy where
+    installed), `exit()` / `quit()`, `sys.argv` as `python solution.py` gives it, a plain environment."""
     os.environ.clear()
-    os.environ.update({"HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"})
+    os.environ.update({"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"})
     for d in site_dirs:
         if d not in sys.path:
             sys.path.append(d)
     _install_exit()
     sys.argv[:] = ["solution.py"]
+
+
+def prepare_interpreter(scratch: str) -> None:
+    """The program's own view: its scratch directory as cwd, HOME and TMPDIR."""
+    os.chdir(scratch)
+    os.environ["HOME"] = os.environ["TMPDIR"] = scratch
 
 
 # ---- the service a judge calls ------------------------------------------------------------------------------
@@ -282,7 +288,7 @@ def f(xs, k=1, name="a"):
 """
 
 
-def warm_up(scratch: str, site_dirs: list[str]) -> list[str]:
+def warm_up(scratch: str) -> list[str]:
     """Take a small program through what every program's process runs after it is confined (the interpreter's
     preparation, the program's run, the service's answers, the codec, json), here in the fork server before the
     template is forked: the interpreter specialises that code once, here, instead of in every program's process,
@@ -291,11 +297,11 @@ def warm_up(scratch: str, site_dirs: list[str]) -> list[str]:
     kinds of the replies ("ok", or "err" for the one request that asks for a missing name)."""
     import socket
 
-    saved = (os.getcwd(), dict(os.environ), list(sys.path), list(sys.argv))
+    saved = (os.getcwd(), dict(os.environ))
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     kinds: list[str] = []
     try:
-        prepare_interpreter(scratch, site_dirs)
+        prepare_interpreter(scratch)
         service = Service(_module(), theirs.fileno(), 1 << 20)
         exec(compile(_WARM_PROGRAM, "solution.py", "exec"), service.ns)  # noqa: S102 - our own program
         _flush()
@@ -321,11 +327,10 @@ def warm_up(scratch: str, site_dirs: list[str]) -> list[str]:
         ours.close()
         theirs.close()
         sys.modules.pop("solution", None)
-        cwd, env, path, argv = saved
+        cwd, env = saved
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
-        sys.path[:], sys.argv[:] = path, argv
     return kinds
 
 

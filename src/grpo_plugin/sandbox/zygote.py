@@ -103,8 +103,9 @@ class Zygote:
         self.programs: dict[str, object] = {}  # source -> code object (a batch repeats its programs)
         self.tests: dict[str, object] = {}  # test source -> (code object, names used as modules)
         self.program_imports: dict[str, dict] = {}
+        child.prepare_common(self.site_dirs)
         try:
-            child.warm_up(self.slots[0], self.site_dirs)
+            child.warm_up(self.slots[0])
         except Exception as exc:  # noqa: BLE001 - only slower without it
             sys.stderr.write(f"sandbox: the warm-up failed: {type(exc).__name__}: {exc}\n")
         template._immortalize()
@@ -130,7 +131,6 @@ class Zygote:
                 confine.confine(confine.JUDGE_UID if self.uids else None, ruleset, fds, limits)
                 report = 1
                 os.chdir("/")
-                sys.path.extend(d for d in self.site_dirs if d not in sys.path)  # a test's `import numpy`
                 judge.serve(socket.socket(fileno=3), 1, limits)
             else:
                 mode, start, end, nonce, scratch, cpu, program = rest
@@ -140,7 +140,7 @@ class Zygote:
                     raise OSError("no Landlock ruleset for this scratch directory")
                 confine.confine(confine.PROGRAM_UID if self.uids else None, ruleset, fds, limits)
                 report = 3 if mode == "stdio" else 4
-                child.prepare_interpreter(scratch, self.site_dirs)
+                child.prepare_interpreter(scratch)
                 import gc
 
                 gc.enable()  # the template runs without collector passes; a program runs as Python does
