@@ -436,3 +436,17 @@ def test_the_warm_up_answers_every_request_and_leaves_the_process_as_it_was(tmp_
     after = (os.getcwd(), dict(os.environ), list(sys.path), list(sys.argv), "solution" in sys.modules)
     assert kinds == ["ok"] * 19 + ["err"]
     assert after == before
+
+
+def test_a_seccomp_filter_the_kernel_refuses_stops_the_sandbox_saying_so(monkeypatch):
+    """The filter is loaded once, in the template, before it forks anything: if the kernel refuses it (here an
+    injected program with no return instruction), no program runs without it, and the error says why."""
+    from grpo_plugin.sandbox import SandboxError, jail
+
+    monkeypatch.setattr(jail, "seccomp_program", lambda: bytes(8))
+    sandbox = Sandbox(Limits(wall_s=2))
+    try:
+        with pytest.raises(SandboxError, match="could not load the seccomp filter"):
+            sandbox.run([("def f():\n    return 1\n", ["assert f() == 1"])])
+    finally:
+        sandbox.close()

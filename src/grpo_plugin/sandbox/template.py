@@ -128,12 +128,13 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
     if os.getppid() != server:
         return
     if seccomp is not None:  # once, for every process forked from here (loading it costs ~0.1 ms a process)
-        if confine._PRCTL(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-            return
         try:
+            if confine._PRCTL(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+                raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
             seccomp.load()
-        except OSError:
-            return  # the server sees the template gone
+        except OSError as exc:  # nothing is forked without it: the server sees the template gone, the trainer this
+            sys.stderr.write(f"sandbox: the template could not load the seccomp filter: {exc}\n")
+            return
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)  # not the server's pipes to the trainer: the trainer must see them close when the server ends
     os.dup2(null, 1)
