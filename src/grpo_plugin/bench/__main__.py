@@ -24,6 +24,16 @@ import json
 import sys
 
 
+def _count(least: int):
+    """An argparse type: an int >= `least` (a median of no runs is no figure)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value}: at least {least}")
+        return value
+    return parse
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m grpo_plugin.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -32,15 +42,16 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--mode", default="lora_sync", choices=["lora_sync", "restart"])
     s.add_argument("--model", default=None, help="lora_sync: model dir (default: build the tiny model)")
     s.add_argument("--sizes", default="tiny,100m", help="restart: model sizes to build (tiny, 100m)")
-    s.add_argument("--process-repeats", type=int, default=3, help="restart: process restarts per model")
-    s.add_argument("--axolotl-repeats", type=int, default=2, help="restart: axolotl HTTP syncs per model")
-    s.add_argument("--repeats", type=int, default=30, help="pushes per measured sync (restart: reloads)")
+    s.add_argument("--process-repeats", type=_count(0), default=3,
+                   help="restart: process restarts per model (0: leave them out, ~10-25 s each)")
+    s.add_argument("--axolotl-repeats", type=_count(1), default=2, help="restart: axolotl HTTP syncs per model")
+    s.add_argument("--repeats", type=_count(1), default=30, help="pushes per measured sync (restart: reloads)")
     s.add_argument("--lora-r", type=int, default=16)
     s.add_argument("--port", type=int, default=None)
     s.add_argument("--json", action="store_true", help="print one JSON object")
     i = sub.add_parser("ipc", help="ipc vs restart vs lora_sync: sync pause, memory (PSS), decode throughput")
     i.add_argument("--sizes", default="tiny,100m", help="model sizes to build (tiny, 100m)")
-    i.add_argument("--repeats", type=int, default=20, help="syncs per mode and model")
+    i.add_argument("--repeats", type=_count(1), default=20, help="syncs per mode and model")
     i.add_argument("--eager-only", action="store_true", help="skip the torch.compile'd servers")
     i.add_argument("--cuda", action="store_true", help="ipc on CUDA: export/attach with a torch-only server process")
     i.add_argument("--shape", default="1.5b", help="--cuda: model shape (tiny, 1.5b, 7b)")
@@ -48,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     i.add_argument("--json", action="store_true", help="print one JSON object")
     a = sub.add_parser("atropos", help="Atropos batch -> tensors: ours vs the Atropos example trainer")
     a.add_argument("--shapes", default="quickstart,gsm8k,long", help="synthetic batch shapes")
-    a.add_argument("--repeats", type=int, default=5)
+    a.add_argument("--repeats", type=_count(1), default=5)
     a.add_argument("--spool", default=None, help="also time the batches recorded in this atropos_spool dir")
     a.add_argument("--json", action="store_true", help="print one JSON object")
     e = sub.add_parser("e2e", help="axolotl train steps/s per mode, sync vs async_prefetch, vs stock HF generation")
@@ -63,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     c = sub.add_parser("code", help="code reward: the sandbox vs a python process per completion, same batch")
     c.add_argument("--problems", type=int, default=16, help="HumanEval problems in the batch")
     c.add_argument("--group", type=int, default=8, help="completions per problem")
-    c.add_argument("--rounds", type=int, default=5, help="rounds per side (median, alternated)")
+    c.add_argument("--rounds", type=_count(1), default=5, help="rounds per side (median, alternated)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     q = sub.add_parser("qlora", help="quantized bases: trainer memory 16/8/4-bit; probe vs the served base")
     q.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
@@ -71,11 +82,11 @@ def main(argv: list[str] | None = None) -> None:
     q.add_argument("--json", action="store_true", help="print one JSON object")
     v = sub.add_parser("servers", help="2 vLLM servers vs 1: sync pause per mode; ipc memory with one shared file")
     v.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
-    v.add_argument("--repeats", type=int, default=10, help="pushes per sync")
+    v.add_argument("--repeats", type=_count(1), default=10, help="pushes per sync")
     v.add_argument("--json", action="store_true", help="print one JSON object")
     z = sub.add_parser("zero3", help="restart push under DeepSpeed ZeRO-3 (2 CPU ranks: gather + push) vs unsharded")
     z.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
-    z.add_argument("--repeats", type=int, default=10, help="pushes per trainer layout")
+    z.add_argument("--repeats", type=_count(1), default=10, help="pushes per trainer layout")
     z.add_argument("--cuda", action="store_true", help="one CUDA rank: gather exactness and time (no server)")
     z.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)

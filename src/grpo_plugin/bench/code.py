@@ -322,6 +322,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per side (median); per test: min(3, this)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
+    for name in ("problems", "group", "rounds"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} {getattr(args, name)}: at least 1")
     with contextlib.redirect_stdout(sys.stderr):
         out = run(args.problems, args.group, args.rounds)
     if args.json:

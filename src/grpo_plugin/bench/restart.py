@@ -127,19 +127,22 @@ def run(sizes: list[str], repeats: int, process_repeats: int, axolotl_repeats: i
                 reload = RestartSync(client, strategy="reload", sync_dir=str(tmp))
                 reload.prepare(handle)
                 res["reload"] = _timed_pushes(reload, model, verifier, range(0, repeats + 1), warmup=1)
-                process = RestartSync(client, strategy="process", sync_dir=str(tmp), servers=lambda s=server: [s],
-                                      start_timeout=900)
-                process.prepare(handle)
-                res["process"] = _timed_pushes(process, model, verifier, range(1000, 1000 + process_repeats), 0)
-                process.close()
+                if process_repeats > 0:
+                    process = RestartSync(client, strategy="process", sync_dir=str(tmp),
+                                          servers=lambda s=server: [s], start_timeout=900)
+                    process.prepare(handle)
+                    res["process"] = _timed_pushes(process, model, verifier, range(1000, 1000 + process_repeats), 0)
+                    process.close()
+                else:
+                    res["process"] = {"skipped": "--process-repeats 0"}
                 # axolotl's full-weight HTTP sync on the same (now restarted) server, where the host has one
                 res["axolotl_http"] = (_axolotl_http_figures(client, model, verifier, reload, axolotl_repeats)
                                        if AXOLOTL_HTTP_SYNC else {"skipped": NO_AXOLOTL_HTTP})
                 # our reload on the same server afterwards
                 res["reload_after_axolotl"] = _timed_pushes(reload, model, verifier, range(3000, 3001), 0)
                 reload.close()
-                res["ratio_reload_over_process"] = round(res["reload"]["median_ms"] / res["process"]["median_ms"],
-                                                         5)
+                res["ratio_reload_over_process"] = (
+                    round(res["reload"]["median_ms"] / res["process"]["median_ms"], 5) if process_repeats > 0 else None)
                 out["models"][size] = res
             finally:
                 server.stop()
@@ -156,6 +159,9 @@ def report(out: dict) -> None:
         for key, label in (("reload", "restart/reload"), ("process", "restart/process"),
                            ("reload_after_axolotl", "reload after axolotl")):
             x = r[key]
+            if "skipped" in x:
+                print(f"    {label:22s} not measured ({x['skipped']})")
+                continue
             print(f"    {label:22s} pause median {x['median_ms']:10.1f} ms  p90 {x['p90_ms']:10.1f} ms  "
                   f"(write {x['write_median_ms']:.1f} ms; probe after {x['probe_after_median_ms']:.0f} ms)  "
                   f"max|Δ| {x['max_logprob_diff']:.1e}  verified {x['verified']}")
@@ -167,5 +173,6 @@ def report(out: dict) -> None:
                   f"{a['max_logprob_diff']:.2e}  verified {a['verified']}  worker errors {a['worker_errors']}")
         if a.get("first_error"):
             print(f"      first worker error: {a['first_error'][:300]}")
-        print(f"    reload / process pause: {r['ratio_reload_over_process']:.5f}")
+        if r["ratio_reload_over_process"] is not None:
+            print(f"    reload / process pause: {r['ratio_reload_over_process']:.5f}")
     sys.stdout.flush()
