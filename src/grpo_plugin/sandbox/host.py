@@ -160,7 +160,8 @@ class Sandbox:
         if abi:
             layers.append(f"Landlock ABI {abi}")
         if seccomp:
-            layers.append(f"seccomp ({len(jail_mod.DENIED) + 2} syscalls refused, inherited from the template)")
+            refused = len(jail_mod.DENIED) + len(jail_mod.PID_NS_ONLY) + 2  # + clone3, clone with namespace flags
+            layers.append(f"seccomp ({refused} syscalls refused, inherited from the template)")
         layers.append("rlimits")
         self.isolation = " + ".join(layers)
         self.jail_pid = self._proc.pid  # bwrap, as this process sees it

