@@ -230,14 +230,15 @@ def envs_summary(records: list[dict]) -> dict[str, dict]:
     out = {}
     for env, seen in sorted(steps.items()):
         k = max(1, len(seen) // 5)
-
-        def mean(part):
-            rows = sum(s["rows"] for s in part)
-            return round(sum(s["reward_mean"] * s["rows"] for s in part) / rows, 4) if rows else None
-
         out[env] = {"rows": sum(s["rows"] for s in seen), "steps": len(seen),
-                    "reward_mean_first_20pct": mean(seen[:k]), "reward_mean_last_20pct": mean(seen[-k:])}
+                    "reward_mean_first_20pct": _row_mean(seen[:k]), "reward_mean_last_20pct": _row_mean(seen[-k:])}
     return out
+
+
+def _row_mean(steps: list[dict]) -> float | None:
+    """The mean reward per row over steps' {rows, reward_mean}."""
+    rows = sum(s["rows"] for s in steps)
+    return round(sum(s["reward_mean"] * s["rows"] for s in steps) / rows, 4) if rows else None
 
 
 __all__ = ["StepMetricsCallback", "StepRecorder", "atropos_summary", "envs_summary"]

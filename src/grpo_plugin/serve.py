@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 
 from grpo_plugin.config import lookups
 from grpo_plugin.server.client import VLLMServerClient
@@ -71,8 +72,6 @@ def main(script_args) -> None:
 
 def _wait_any(servers: list[VLLMServerProcess], poll: float = 1.0) -> int:
     """Block until one of the servers exits; its exit code (the others are stopped by the caller)."""
-    import time
-
     while True:
         for server in servers:
             code = server.proc.poll()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 
+from grpo_plugin.options import GENERATION_KWARGS_INSTEAD, LOSS_TYPES, NOT_AXOLOTL_KEYS_INSTEAD, REFUSED_WHEN_SET
 from grpo_plugin.runtime import config_value, is_local, world_size
 
 
@@ -15,13 +16,12 @@ def check_cross_keys(data: dict) -> None:
     grpo = data.get("grpo")
     if grpo is None:
         return
-    sync = config_value(grpo, "sync") or "lora_sync"
     rl = getattr(data.get("rl"), "value", data.get("rl"))
     if str(rl).lower() != "grpo":
         raise ValueError(f"grpo: the grpo_plugin needs `rl: grpo` in the config (got rl: {rl!r}).")
     if config_value(grpo, "atropos") is not None:
         _check_atropos(data, config_value(grpo, "atropos"))
-    _check_sharded(data, sync)
+    _check_sharded(data)
     trl = data.get("trl") or {}
     if isinstance(trl, dict):
         if trl.get("use_vllm") is False:
@@ -67,15 +67,8 @@ def trl_problems(trl: dict) -> list[str]:
     are data: options.py)."""
     from axolotl.utils.schemas.trl import TRLConfig
 
-    from grpo_plugin.options import (
-        GENERATION_KWARGS_INSTEAD,
-        LOSS_TYPES,
-        NOT_AXOLOTL_KEYS_INSTEAD,
-        REFUSED_WHEN_SET,
-    )
-    from grpo_plugin.server.client import (
-        GENERATE_FIELDS,  # here: the HTTP client (requests) costs ~0.2 s at config load
-    )
+    # here, not at the top: the HTTP client (requests) costs ~0.2 s at config load
+    from grpo_plugin.server.client import GENERATE_FIELDS
 
     known = list(TRLConfig.model_fields)
     problems = []
@@ -167,7 +160,7 @@ def _check_atropos(data: dict, atropos) -> None:
         raise ValueError("grpo.atropos cannot be used with this config:\n  - " + "\n  - ".join(problems))
 
 
-def _check_sharded(data: dict, sync) -> None:
+def _check_sharded(data: dict) -> None:
     """FSDP (2 only) and ZeRO-3: what the plugin's gathered push (sync/ranks.py) does not cover, refused saying why."""
     fsdp = uses_fsdp(data)
     zero3 = _zero_stage(data) == 3

@@ -73,7 +73,6 @@ def placeholder_dataset(cfg):
     from axolotl.common.datasets import TrainDatasetMeta
     from datasets import Dataset
 
-
     rows = max(1, atropos_batch_size(cfg))
     eval_dataset = None
     if evaluates(cfg) and cfg.get("test_datasets"):
@@ -174,7 +173,6 @@ class AtroposProducer(BaseDataProducer):
         self._saving = str(getattr(args.save_strategy, "value", args.save_strategy)) != "no"
         root = self.settings.spool_dir or str(Path(args.output_dir) / "atropos_spool")
         self.spool = Spool(root, span=span)
-
         if not self.api.reachable():
             waited = wait_until(self.api.reachable, self.settings.wait_timeout or 1e12,
                                 Progress(f"waiting for the Atropos run-api at {self.settings.url}"),
@@ -196,11 +194,9 @@ class AtroposProducer(BaseDataProducer):
             _say(f"resuming at step {global_step}: {len(replay)} spooled batch(es) are trained first "
                  f"(from {root}), then new ones from the run-api")
         self._register(global_step + len(replay))
-
         self._max_len = self.settings.max_token_len or int(lookups.loaded_cfg().get("sequence_len") or 2048)
         self._scale = {True: "group", False: "none"}.get(spec.scale_rewards, spec.scale_rewards)
         self._temperature = float(spec.temperature or 1.0)
-
         self._version_client = VLLMServerClient(spec.client.base_url, timeout=30)
         self.fetcher = BatchFetcher(
             self.api, self.spool, self._prepare, capacity=self.settings.prefetch, batch_size=self.global_batch,
@@ -211,7 +207,6 @@ class AtroposProducer(BaseDataProducer):
 
     def _register(self, starting_step: int) -> None:
         args = self.args
-
         cfg = lookups.loaded_cfg()
         interval = int(args.save_steps) if self._saving and float(args.save_steps).is_integer() else -1
         self.api.register(batch_size=self.global_batch, max_token_len=self.settings.max_token_len or int(
