@@ -35,6 +35,18 @@ def hf_model(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
 
 
+def pushed_adapter(client, peft_trainer, request, name: str, seed: int) -> LoraSync:
+    """The trainer's adapter, changed (seeded) and loaded into the session server under `name`; unloaded, and the
+    server's announced policy cleared, when the test ends."""
+    sync = LoraSync(client, adapter_name=name)
+    request.addfinalizer(sync.close)
+    request.addfinalizer(lambda: client.set_policy(0, None))
+    sync.prepare(peft_trainer)
+    perturb_lora(peft_trainer.model, scale=0.2, seed=seed)
+    sync.push(0)
+    return sync
+
+
 @pytest.fixture
 def base_policy(vllm_server):
     """The server generates with its base model and no announced version (reset after each test)."""
@@ -64,12 +76,7 @@ def test_atroposlib_client_gets_tokens_and_logprobs_of_the_base_model(base_polic
 def test_generate_uses_the_announced_adapter_and_records_its_version(vllm_server, peft_trainer, probe_ids,
                                                                      tiny_model_dir, request):
     _, client = vllm_server
-    sync = LoraSync(client, adapter_name="t-generate-route")
-    request.addfinalizer(sync.close)
-    request.addfinalizer(lambda: client.set_policy(0, None))
-    sync.prepare(peft_trainer)
-    perturb_lora(peft_trainer.model, scale=0.2, seed=11)
-    sync.push(0)
+    sync = pushed_adapter(client, peft_trainer, request, "t-generate-route", seed=11)
     client.set_policy(7, sync.generation_model)
     server = atropos_server(client, tiny_model_dir)
     prompt = probe_ids[:6]
@@ -135,14 +142,9 @@ def test_openai_routes_naming_the_base_model_are_served_by_the_announced_adapter
     model's name: in lora_sync that must sample the current policy, not the base model."""
     _, client = vllm_server
     base = client.base_model()
-    sync = LoraSync(client, adapter_name="t-openai-route")
-    request.addfinalizer(sync.close)
-    request.addfinalizer(lambda: client.set_policy(0, None))
     client.set_policy(0, None)
     base_lps = client.prompt_logprobs(probe_ids, model=base)  # no adapter announced: the base model
-    sync.prepare(peft_trainer)
-    perturb_lora(peft_trainer.model, scale=0.2, seed=12)
-    sync.push(0)
+    sync = pushed_adapter(client, peft_trainer, request, "t-openai-route", seed=12)
     adapter_lps = client.prompt_logprobs(probe_ids, model=sync.generation_model)
     assert max(abs(a - b) for a, b in zip(adapter_lps, base_lps)) > 1e-3  # the two really differ
     client.set_policy(5, sync.generation_model)
@@ -167,12 +169,7 @@ def test_the_probe_also_checks_requests_naming_the_base_model(vllm_server, peft_
     from grpo_plugin.sync.verify import ProbeVerifier
 
     _, client = vllm_server
-    sync = LoraSync(client, adapter_name="t-probe-base-name")
-    request.addfinalizer(sync.close)
-    request.addfinalizer(lambda: client.set_policy(0, None))
-    sync.prepare(peft_trainer)
-    perturb_lora(peft_trainer.model, scale=0.2, seed=13)
-    sync.push(0)
+    sync = pushed_adapter(client, peft_trainer, request, "t-probe-base-name", seed=13)
     verifier = ProbeVerifier(client, probe_ids, 1e-4, "lora_sync", also_base=True)
     client.set_policy(1, sync.generation_model)
     ok = verifier.verify(peft_trainer.model, sync.generation_model, SyncResult(step=1, sync_ms=0.0))
