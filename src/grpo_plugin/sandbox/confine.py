@@ -193,10 +193,13 @@ def fork_in_new_pid_namespace(pidns_fd: int) -> int:
     """fork(), the child as PID 1 of a new PID namespace (the caller's own namespace restored after). Needs
     CAP_SYS_ADMIN in the jail's user namespace (the template's only use of it)."""
     unshare(CLONE_NEWPID)
+    pid = -1
     try:
-        return os.fork()
+        pid = os.fork()
+        return pid
     finally:
-        try:
-            setns(pidns_fd, CLONE_NEWPID)
-        except OSError:
-            pass  # in the child: it may not (and need not) go back
+        if pid != 0:  # not in the child: it may not (and need not) go back, and a failed call costs it ~10 us
+            try:
+                setns(pidns_fd, CLONE_NEWPID)
+            except OSError:
+                pass
