@@ -386,6 +386,36 @@ def test_a_program_repeated_in_a_batch_runs_once_and_each_copy_gets_its_verdicts
     assert sandbox.last_unique == 2  # dedupe off: each copy runs
 
 
+def test_names_the_program_rebinds_during_a_call_are_looked_up_again(sandbox):
+    """The program's functions come with its first reply (one round trip fewer per job); once a test has called
+    into it, a name not yet used is asked for as it is then."""
+    code = ("def g():\n    return 1\n"
+            "def rebind():\n    global g\n    def g():\n        return 2\n    return 0\n")
+    assert one(sandbox, code, ["assert rebind() == 0\nassert g() == 2"]).passed == [True]
+    assert one(sandbox, code, ["assert g() == 1", "assert rebind() == 0"]).passed == [True, True]
+
+
+def test_a_forged_first_reply_fails_only_its_own_program(sandbox):
+    forge = ("import sys\nsvc = sys.modules['child'].Service\n"
+             "svc.directory = lambda self: {'add': ['Z', 1]}\ndef add(a, b):\n    return a + b\n")
+    res = sandbox.run([(forge, TESTS), ("def add(a, b):\n    return a + b\n", TESTS)])
+    assert res[0].passed == [False, False] and "unreadable first reply" in res[0].detail[0], res[0]
+    assert res[1].passed == [True, True]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: nothing to place")
+def test_a_program_and_its_judge_run_on_one_core_and_programs_spread_over_the_cores(sandbox):
+    """They call each other in turn: on one core each call is a plain switch (sandbox/zygote.py Cores)."""
+    code = "import os\nCORES = sorted(os.sched_getaffinity(0))\n"
+    allowed = sorted(os.sched_getaffinity(0))
+    tests = ["assert len(CORES) == 1", "import os\nassert sorted(os.sched_getaffinity(0)) == CORES"]  # the judge's
+    tests += [f"assert CORES != [{c}]" for c in allowed]  # the one that fails names the program's core
+    res = sandbox.run([(code + f"# {k}\n", tests) for k in range(4 * sandbox.workers)])
+    assert all(r.passed[:2] == [True, True] for r in res), [r.detail for r in res if r.passed[:2] != [True, True]]
+    used = {allowed[r.passed[2:].index(False)] for r in res}
+    assert len(used) > 1, used
+
+
 def test_no_module_with_an_at_fork_handler_is_loaded_in_the_fork_server(sandbox):
     """`threading` and `random` register at-fork handlers that would run in every child (~0.45 ms each time): the
     fork server does not load them; a program that imports them gets them, freshly seeded."""

@@ -54,9 +54,13 @@ class Program:
         self.encoder = codec.Encoder(self.handle_of, self.describe_for_program)
         self.classes: dict[int, type] = {}  # class handle -> stand-in
         self.descs: dict[int, dict] = {}
+        self.directory: dict[str, object] = {}  # the program's functions and classes as it ran (sent with ready)
+        self.asked = False  # a request other than `get` went out: the program may have rebound its names
 
     # -- requests
     def request(self, *req):
+        if req[0] != "get":
+            self.asked = True
         try:
             child.send(self.fd, json.dumps(req, separators=(",", ":")).encode())
         except OSError as exc:
@@ -85,8 +89,15 @@ class Program:
         data = child.recv(self.fd, self.value_bytes)
         if data is None:
             return "the program ended its process"
+        self.decoder.charge(len(data))
         kind, payload = json.loads(data)
         if kind == "ready":
+            if not isinstance(payload, dict):
+                return "an unexpected first reply"
+            try:
+                self.directory = {k: self.value(v) for k, v in payload.items()}
+            except ValueError as exc:
+                return f"an unreadable first reply ({exc})"
             return None
         if kind == "exit":
             return f"the program exited with status {str(payload)[:80]}"
@@ -99,6 +110,8 @@ class Program:
         return self.decoder.value(tree)
 
     def get(self, name: str):
+        if not self.asked and name in self.directory:
+            return self.directory[name]
         return self.value(self.request("get", name))
 
     def call(self, handle: int, args: tuple, kwargs: dict):
