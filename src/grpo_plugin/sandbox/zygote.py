@@ -142,6 +142,7 @@ class Zygote:
         self.sel.register(self.template.sock, selectors.EVENT_READ, "template")
         for k, path in enumerate(self.slots):
             self.template.scratch(k, path)
+        self.null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)  # every child's stdin (and a judge's stderr)
 
     # -- what a forked process runs (in it: never returns)
     def child_main(self, payload: bytes, fds: list[int], ruleset: int) -> None:
@@ -242,13 +243,12 @@ class Zygote:
             self.retire(j)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         v_r, v_w = os.pipe()
-        null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
         try:
             # 0 /dev/null, 1 verdicts, 2 /dev/null, 3 jobs (with their program's socket attached)
-            self.template.spawn(marshal.dumps(("judge", self.cores.of(slot))), [null, v_w, null, theirs.fileno()], -1)
+            self.template.spawn(marshal.dumps(("judge", self.cores.of(slot))),
+                                [self.null, v_w, self.null, theirs.fileno()], -1)
         finally:
-            for fd in (null, v_w):
-                os.close(fd)
+            os.close(v_w)
             theirs.close()
         j = {"slot": slot, "pid": None, "ctrl": ours, "v": v_r, "buf": b"", "run": None, "jobs": 1, "gone": False}
         self.starting.append((j, "judge"))
@@ -321,8 +321,7 @@ class Zygote:
         ours: dict[str, int] = {}
         theirs: list[int] = []
         try:
-            null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
-            theirs.append(null)
+            null = self.null
             out_r, out_w = os.pipe()
             w_r, w_w = os.pipe()
             ours.update(out=out_r, w=w_r)
