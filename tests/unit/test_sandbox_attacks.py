@@ -754,7 +754,7 @@ T = @TARGETS@            # name -> pid
 SIGNALS = @SIGNALS@      # name -> the signal its "kill" routes send
 SECRET_AT, SECRET_LEN = @SECRET_AT@, @SECRET_LEN@
 PIPE_W = @PIPE_W@
-CPU = sorted(os.sched_getaffinity(0))[0]
+AFFINITY = @AFFINITY@    # name -> the cores the affinity routes set (not the ones it has: a change shows)
 
 if NATIVE:
     class IOV(ctypes.Structure):
@@ -801,13 +801,13 @@ def sys_setpriority(t):
 
 @route
 def py_affinity(t):
-    os.sched_setaffinity(T[t], {CPU})
+    os.sched_setaffinity(T[t], set(AFFINITY[t]))
     return "ok"
 
 
 @route
 def sys_affinity(t):
-    sc("sched_setaffinity", T[t], 8, ctypes.byref(ctypes.c_ulong(1 << CPU)))
+    sc("sched_setaffinity", T[t], 8, ctypes.byref(ctypes.c_ulong(sum(1 << c for c in AFFINITY[t]))))
     return "ok"
 
 
@@ -1000,18 +1000,21 @@ def test_processes_outside_cannot_be_signalled_traced_or_reprioritised(sb, sleep
     """The trainer (this process), the fork server, its template and an unrelated process, by pid: signals (kill,
     tgkill, tkill, rt_sigqueueinfo, pidfd_send_signal; libc and raw), ptrace (SEIZE; ATTACH except on the trainer),
     process_vm_readv / process_vm_writev and /proc/<pid>/mem on the trainer's secret, pidfd_getfd of the trainer's
-    pipe, setpriority 19, sched_setaffinity to one CPU, SCHED_IDLE, prlimit, ioprio_set. Oracles, all outside:
+    pipe, setpriority 19, sched_setaffinity to other cores, SCHED_IDLE, prlimit, ioprio_set. Oracles, all outside:
     a SIGUSR2 handler here, the watchdog (stopped / TracerPid), alive, nice / affinity / policy / RLIMIT_MSGQUEUE /
     I/O priority before and after, the secret's bytes, the pipe."""
     received = []
     old_handler = signal.signal(signal.SIGUSR2, lambda s, f: received.append(s))
     r_fd, w_fd = os.pipe()
     os.set_blocking(r_fd, False)
-    pids = {"trainer": os.getpid(), "zygote": sb.zygote_pid, "template": sb.template_pid, "sleeper": sleeper.pid}
-    signals = {"trainer": int(signal.SIGUSR2), "zygote": int(signal.SIGSTOP), "template": int(signal.SIGSTOP),
-               "sleeper": int(signal.SIGKILL)}
+    templates = {f"template{k or ''}": p for k, p in enumerate(sb.template_pids)}  # one per core
+    pids = {"trainer": os.getpid(), "zygote": sb.zygote_pid, **templates, "sleeper": sleeper.pid}
+    signals = {"trainer": int(signal.SIGUSR2), "zygote": int(signal.SIGSTOP), "sleeper": int(signal.SIGKILL),
+               **dict.fromkeys(templates, int(signal.SIGSTOP))}
+    cores = sorted(os.sched_getaffinity(0))
+    affinity = {t: cores[:1] if sorted(os.sched_getaffinity(p)) != cores[:1] else cores for t, p in pids.items()}
     code = program(PROC_BODY, TARGETS=pids, SIGNALS=signals, SECRET_AT=_SECRET_AT, SECRET_LEN=len(_SECRET),
-                   PIPE_W=w_fd)
+                   PIPE_W=w_fd, AFFINITY=affinity)
     secret = _SECRET.decode()
     cases = [NATIVE_CASE]
     for t in pids:
@@ -1027,7 +1030,7 @@ def test_processes_outside_cannot_be_signalled_traced_or_reprioritised(sb, sleep
     before = {t: tuning(p) for t, p in pids.items()}
     secret_before = _SECRET.hex()  # a copy: bytes(x) of a bytes is x itself
     try:
-        with Watchdog(pids, resume={"zygote", "template", "sleeper"}) as dog:
+        with Watchdog(pids, resume={"zygote", "sleeper", *templates}) as dog:
             (res,) = run_with_honest(sb, [StdioSuite(code, cases)])
             time.sleep(0.05)  # a signal in flight
     finally:
@@ -1048,7 +1051,7 @@ def test_processes_outside_cannot_be_signalled_traced_or_reprioritised(sb, sleep
         (received, f"the trainer received {len(received)} signal(s)"),
         (dog.events, f"stopped or traced: {sorted(dog.events)}"),
         (sleeper.poll() is not None, f"the unrelated process was killed (status {sleeper.returncode})"),
-        (not (psutil.pid_exists(sb.zygote_pid) and psutil.pid_exists(sb.template_pid)), "the fork server was killed"),
+        (not all(psutil.pid_exists(p) for p in [sb.zygote_pid, *sb.template_pids]), "the fork server was killed"),
         (changed, f"reprioritised (restored now): {changed}"),
         (_SECRET.hex() != secret_before, "the trainer's memory was written"),
         (stolen, f"the program wrote through the trainer's pipe: {stolen!r}"),

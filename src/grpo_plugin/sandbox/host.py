@@ -168,7 +168,8 @@ class Sandbox:
         self.isolation = " + ".join(layers)
         self.jail_pid = self._proc.pid  # bwrap, as this process sees it
         self.zygote_pid = jail_mod.outer_pid(self._proc.pid, msg["pid"]) or -1
-        self.template_pid = jail_mod.outer_pid(self._proc.pid, msg["template_pid"]) or -1
+        self.template_pids = [jail_mod.outer_pid(self._proc.pid, p) or -1 for p in msg["template_pids"]]
+        self.template_pid = self.template_pids[0]  # one per core where there are several (sandbox/zygote.py Cores)
 
     def _stderr_tail(self) -> str:
         try:

@@ -6,6 +6,7 @@ only."""
 
 from __future__ import annotations
 
+import collections
 import os
 import select
 import signal
@@ -65,9 +66,12 @@ class TemplateGone(Exception):
 class Template:
     """The process that forks the children, as the server sees it."""
 
-    def __init__(self, child_main, landlock: confine.Landlock | None, seccomp: confine.Seccomp | None = None):
+    def __init__(self, child_main, landlock: confine.Landlock | None, seccomp: confine.Seccomp | None = None,
+                 core: int | None = None, others: tuple = ()):
         """child_main(payload, fds, ruleset): what a child runs (never returns). `seccomp`: loaded in the template
-        before it forks anything (every child inherits it). Spawn requests are answered in order."""
+        before it forks anything (every child inherits it). `core`: the one core this template and every child it
+        forks run on (None: any); `others`: the server's sockets to other templates (closed in this one). Spawn
+        requests are answered in order."""
         import socket
 
         self.socket = socket
@@ -76,12 +80,15 @@ class Template:
         pid = os.fork()
         if pid == 0:
             ours.close()
+            for other in others:
+                other.close()
             try:
-                _template_loop(theirs, server, child_main, landlock, seccomp)
+                _template_loop(theirs, server, child_main, landlock, seccomp, core)
             finally:
                 os._exit(0)
         theirs.close()
-        self.sock, self.pid, self.buf = ours, pid, b""
+        self.sock, self.pid, self.buf, self.core = ours, pid, b"", core
+        self.starting: collections.deque = collections.deque()  # the server's records of spawns not yet answered
 
     def spawn(self, payload: bytes, fds: list[int], slot: int) -> None:
         """Ask for a child running `payload` with `fds` in scratch directory `slot` (-1: none; a judge). Answered,
@@ -122,11 +129,16 @@ class Template:
 
 
 def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | None,
-                   seccomp: confine.Seccomp | None) -> None:
+                   seccomp: confine.Seccomp | None, core: int | None = None) -> None:
     """Fork on request, reap on request, nothing else. It dies with the server."""
     confine._PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != server:
         return
+    if core is not None:  # its children are born on this core and stay there (no move after they start)
+        try:
+            os.sched_setaffinity(0, (core,))
+        except OSError:
+            pass
     if seccomp is not None:  # once, for every process forked from here (loading it costs ~0.1 ms a process)
         try:
             if confine._PRCTL(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS

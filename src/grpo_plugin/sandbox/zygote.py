@@ -21,7 +21,6 @@ untrusted; one job's failure costs no other job.
 
 from __future__ import annotations
 
-import collections
 import json
 import marshal
 import os
@@ -122,7 +121,6 @@ class Zygote:
         self.pending: dict[int, int] = {}
         self.children: set[_Run] = set()
         self.sel = selectors.DefaultSelector()
-        self.starting: collections.deque[tuple[_Run, str]] = collections.deque()
         self.reaping: dict[int, _Run] = {}
         self.slots = [self.new_slot(k) for k in range(self.workers)]
         self.free = list(range(self.workers))
@@ -138,10 +136,14 @@ class Zygote:
         except Exception as exc:  # noqa: BLE001 - only slower without it
             sys.stderr.write(f"sandbox: the warm-up failed: {type(exc).__name__}: {exc}\n")
         template._immortalize()
-        self.template = template.Template(self.child_main, self.landlock, self.seccomp)
-        self.sel.register(self.template.sock, selectors.EVENT_READ, "template")
+        self.templates: list[template.Template] = []
+        for core in self.cores.cores or [None]:  # one per core, each forking the processes of its core's slots
+            self.templates.append(template.Template(self.child_main, self.landlock, self.seccomp, core,
+                                                    tuple(t.sock for t in self.templates)))
+        for t in self.templates:
+            self.sel.register(t.sock, selectors.EVENT_READ, ("template", t))
         for k, path in enumerate(self.slots):
-            self.template.scratch(k, path)
+            self.template_of(k).scratch(k, path)
         self.null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)  # every child's stdin (and a judge's stderr)
 
     # -- what a forked process runs (in it: never returns)
@@ -149,12 +151,7 @@ class Zygote:
         role = "?"
         report = -1
         try:
-            role, core, *rest = marshal.loads(payload)
-            if core is not None:  # its core: a program and its judge call each other, on one core
-                try:
-                    os.sched_setaffinity(0, (core,))
-                except OSError:
-                    pass
+            role, *rest = marshal.loads(payload)
             limits = dict(self.limits)
             if role == "judge":
                 limits["cpu_s"], limits["nproc"], limits["output_bytes"] = 24 * 3600, 64, 0  # the server keeps time
@@ -192,6 +189,10 @@ class Zygote:
                 except OSError:
                     pass
         os._exit(0)
+
+    def template_of(self, slot: int) -> template.Template:
+        """The template that forks `slot`'s processes: the one on the slot's core."""
+        return self.templates[slot % len(self.templates)]
 
     def program(self, job: dict):
         """The job's program compiled here (once per distinct source), or the name of what compiling it raised."""
@@ -245,13 +246,12 @@ class Zygote:
         v_r, v_w = os.pipe()
         try:
             # 0 /dev/null, 1 verdicts, 2 /dev/null, 3 jobs (with their program's socket attached)
-            self.template.spawn(marshal.dumps(("judge", self.cores.of(slot))),
-                                [self.null, v_w, self.null, theirs.fileno()], -1)
+            self.template_of(slot).spawn(marshal.dumps(("judge",)), [self.null, v_w, self.null, theirs.fileno()], -1)
         finally:
             os.close(v_w)
             theirs.close()
         j = {"slot": slot, "pid": None, "ctrl": ours, "v": v_r, "buf": b"", "run": None, "jobs": 1, "gone": False}
-        self.starting.append((j, "judge"))
+        self.template_of(slot).starting.append((j, "judge"))
         os.set_blocking(v_r, False)
         self.sel.register(v_r, selectors.EVENT_READ, ("judge", j))
         self.judges[slot] = j
@@ -271,7 +271,7 @@ class Zygote:
         os.close(j["v"])
         j["ctrl"].close()
         if j["pid"] is not None:
-            self.template.reap(j["pid"])
+            self.template_of(j["slot"]).reap(j["pid"])
             self.reaping[j["pid"]] = None
 
     def on_judge_data(self, j: dict, chunk: bytes) -> None:
@@ -316,7 +316,7 @@ class Zygote:
         nonce = os.urandom(16).hex()
         cpu = max(1, int(sum(job["wall_s"][start:end]) + self.limits["wall_s"] + 1))
         slot = self.cores.take(self.free)
-        core = self.cores.of(slot)
+        forker = self.template_of(slot)
         run = _Run(job, start, end, slot, nonce, self.limits)
         ours: dict[str, int] = {}
         theirs: list[int] = []
@@ -341,18 +341,17 @@ class Zygote:
                     os.lseek(fd, 0, os.SEEK_SET)
                 # 0 /dev/null, 1 stdout, 2 stderr, 3 status, 4.. inputs
                 fds = [null, out_w, err_w, w_w, *inputs]
-                payload = marshal.dumps(("program", core, "stdio", start, end, nonce, self.slots[slot], cpu, program))
-                self.template.spawn(payload, fds, slot)
-                self.starting.append((run, "program"))
+                payload = marshal.dumps(("program", "stdio", start, end, nonce, self.slots[slot], cpu, program))
+                forker.spawn(payload, fds, slot)
+                forker.starting.append((run, "program"))
             else:
                 rpc_c, rpc_j = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
                 theirs += [rpc_c.detach(), rpc_j.detach()]
                 rc, rj = theirs[-2], theirs[-1]
                 # the program: 0 /dev/null, 1-2 diagnostics, 3 its end of the socket, 4 setup status
-                payload = marshal.dumps(("program", core, job["mode"], start, end, nonce, self.slots[slot], cpu,
-                                          program))
-                self.template.spawn(payload, [null, out_w, out_w, rc, w_w], slot)
-                self.starting.append((run, "program"))
+                payload = marshal.dumps(("program", job["mode"], start, end, nonce, self.slots[slot], cpu, program))
+                forker.spawn(payload, [null, out_w, out_w, rc, w_w], slot)
+                forker.starting.append((run, "program"))
                 # the slot's judge (started when the slot first needs one, or after the last was replaced)
                 text = json.dumps({k: job[k] for k in ("mode", "cases", "fn") if k in job})
                 tests = [self.test(t) for t in job["tests"][start:end]] if job["mode"] == "asserts" else []
@@ -364,7 +363,7 @@ class Zygote:
                 judge_["run"] = run
                 run.judge = judge_
         except OSError:
-            if not self.starting or self.starting[-1][0] is not run:  # nothing started: the slot is free again
+            if not forker.starting or forker.starting[-1][0] is not run:  # nothing started: the slot is free again
                 for fd in ours.values():
                     os.close(fd)
                 self.free.append(slot)
@@ -504,12 +503,12 @@ class Zygote:
                 del self.fd_run[r]
         for pid in run.pids.values():
             if pid is not None:
-                self.template.reap(pid)
+                self.template_of(run.slot).reap(pid)
                 self.reaping[pid] = run
 
-    def on_answer(self, kind: bytes, pid: int, status: int) -> None:
+    def on_answer(self, forker: template.Template, kind: bytes, pid: int, status: int) -> None:
         if kind == b"P":
-            run, role = self.starting.popleft()
+            run, role = forker.starting.popleft()
             if role == "judge":  # a judge record
                 j = run
                 if pid < 0:
@@ -520,7 +519,7 @@ class Zygote:
                     return
                 j["pid"] = pid
                 if j["gone"]:
-                    self.template.reap(pid)
+                    forker.reap(pid)
                     self.reaping[pid] = None
                 return
             if pid < 0:
@@ -533,7 +532,7 @@ class Zygote:
                 return
             run.pids[role] = pid
             if run.ending is not None:
-                self.template.reap(pid)
+                forker.reap(pid)
                 self.reaping[pid] = run
         elif kind == b"X":
             run = self.reaping.pop(pid)
@@ -588,7 +587,7 @@ class Zygote:
             try:
                 os.rename(path, path + ".left")
                 self.slots[slot] = self.new_slot(slot)
-                self.template.scratch(slot, self.slots[slot])
+                self.template_of(slot).scratch(slot, self.slots[slot])
             except OSError as exc2:
                 sys.stderr.write(f"sandbox: could not replace {path}: {exc2}\n")
                 return
@@ -670,9 +669,9 @@ class Zygote:
                             msg = json.loads(line)
                             self.submit({**msg["job"], "id": msg["id"]})
                     continue
-                if key.data == "template":
-                    for answer in self.template.answers():
-                        self.on_answer(*answer)
+                if key.data[0] == "template":
+                    for answer in key.data[1].answers():
+                        self.on_answer(key.data[1], *answer)
                     continue
                 if key.data[0] == "judge":
                     j = key.data[1]
@@ -796,7 +795,7 @@ def main() -> None:
         sys.stdout.flush()
         return
     sys.stdout.write(json.dumps({"ready": True, "landlock_abi": abi, "pid": os.getpid(),
-                                 "template_pid": zygote.template.pid}) + "\n")
+                                 "template_pids": [t.pid for t in zygote.templates]}) + "\n")
     sys.stdout.flush()
     zygote.serve()
 
