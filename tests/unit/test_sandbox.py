@@ -109,6 +109,23 @@ def test_time_limit(sandbox):
     assert res.passed == [False] and "timed out" in res.detail[0]
 
 
+def test_a_limit_counts_what_the_program_did_not_how_busy_the_machine_is(sandbox):
+    """Programs that each need ~0.4 s of CPU against a 1 s limit, three or more to a core at once: each waits for
+    its core longer than it runs, and each passes (the time it waited is added to its deadline); one that sleeps
+    past its limit or loops forever alongside them still times out."""
+    busy = ("import time\ndef work(k):\n    t = time.process_time()\n"
+            "    while time.process_time() - t < 0.4:\n        pass\n    return k\n")
+    batch = [(busy + f"# {k}\n", [f"assert work({k}) == {k}"]) for k in range(3 * sandbox.workers)]
+    batch += [("import time\ndef nap():\n    time.sleep(1.5)\n", ["nap()"]),
+              ("def spin():\n    while True:\n        pass\n", ["spin()"])]
+    t0 = time.monotonic()
+    res = sandbox.run(batch)
+    assert [r.passed for r in res[:-2]] == [[True]] * (len(batch) - 2), [r.detail for r in res if not r.passed[0]]
+    assert res[-2].passed == [False] and res[-2].detail[0].startswith("timed out after 1 s"), res[-2]
+    assert res[-1].passed == [False] and "timed out after 1 s" in res[-1].detail[0], res[-1]
+    assert time.monotonic() - t0 < 30
+
+
 def test_memory_limit(sandbox):
     res = one(sandbox, "x = bytearray(1024 * 1024 * 1024)\n", ["assert len(x) > 0"])  # 1 GiB > the 512 MiB limit
     assert res.passed == [False] and "MemoryError" in res.detail[0]

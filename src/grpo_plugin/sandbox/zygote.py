@@ -74,6 +74,12 @@ class _Run:
         self.done = False  # nothing more will run (the program raised, setup failed, the judge ended)
         self.defined = self.stdio  # the program ran to its end (stdio: the tests start at once)
         self.mark = b"\0" + nonce.encode() + b" "
+        self.waited = 0.0  # seconds the program's process waited for a CPU, already added to its deadlines
+        self.extended = 0.0  # added to the current deadline for that
+
+    def start_test(self, wall: float) -> None:
+        self.deadline = time.monotonic() + wall
+        self.extended = 0.0
 
 
 class Cores:
@@ -404,7 +410,7 @@ class Zygote:
     def next_test(self, run: _Run, i: int) -> None:
         if i + 1 < run.end:
             run.current = i + 1
-            run.deadline = time.monotonic() + run.job["wall_s"][i + 1]
+            run.start_test(run.job["wall_s"][i + 1])
         else:
             run.current = None
             run.done = True
@@ -422,7 +428,7 @@ class Zygote:
                     (run.current is None and i != run.start):
                 raise ProtocolError(f"test {i} started out of order")
             run.current = i
-            run.deadline = time.monotonic() + run.job["wall_s"][i]
+            run.start_test(run.job["wall_s"][i])
         elif kind in ("P", "F"):
             i_s, _, why = rest.partition(" ")
             i = int(i_s)
@@ -436,6 +442,30 @@ class Zygote:
             self.fail_rest(run, ("" if kind == "E" else "sandbox: ") + rest)
         else:
             raise ProtocolError(f"unknown verdict line {kind!r}")
+
+    def waited_for_cpu(self, run: _Run) -> bool:
+        """At a deadline: add to it the time the program's process spent runnable but waiting for its core since
+        the last such look (the kernel's run-queue wait, /proc/<pid>/schedstat), up to 3 times the test's limit.
+        A limit bounds what the program does, not how busy the machine is (the trainer, the other programs on
+        its core): a program that needs 0.4 s of CPU passes a 1 s limit even with two others on its core, while a
+        program that sleeps or loops forever is stopped as before. True when the deadline moved."""
+        pid = run.pids.get("program")
+        if not pid:
+            return False
+        try:
+            with open(f"/proc/{pid}/schedstat", "rb") as f:
+                waited = int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return False
+        extra, run.waited = waited - run.waited, waited
+        wall = run.job["wall_s"][run.current or run.start]
+        extra = min(extra, 3 * wall - run.extended)
+        if extra < 0.005:
+            return False
+        run.extended += extra
+        run.deadline += extra
+        run.hard_deadline += extra
+        return True
 
     def fail_rest(self, run: _Run, why: str) -> None:
         for i in range(run.start, run.end):
@@ -713,8 +743,10 @@ class Zygote:
                         self.finish(run, None)
                     elif now > run.hard_deadline:
                         self.finish(run, f"timed out (the whole run's {run.budget:g} s budget)")
-                    elif now > run.deadline:
-                        self.finish(run, f"timed out after {run.job['wall_s'][run.current or run.start]:g} s")
+                    elif now > run.deadline and not self.waited_for_cpu(run):
+                        wall = run.job["wall_s"][run.current or run.start]
+                        more = f" (+{run.extended:.2g} s it waited for a CPU)" if run.extended >= 0.01 else ""
+                        self.finish(run, f"timed out after {wall:g} s{more}")
         sys.stdout.flush()
 
 
