@@ -1,8 +1,8 @@
-"""The sandbox's template process: forked once from the fork server (zygote.py) when everything a child needs is
-loaded, it forks a child per request — each one PID 1 of a new PID namespace — and collects it when asked, and does
-nothing else: each page a process writes while children share its memory must be copied first (a copy-on-write
-fault), so the process that forks does as little as possible and never the server's bookkeeping. Standard library
-only."""
+"""The sandbox's template process (one per core, pinned to it): forked once from the fork server (zygote.py) when
+everything a child needs is loaded, it forks a child per request — each one PID 1 of a new PID namespace — and
+collects it when asked, and does nothing else: each page a process writes while children share its memory must be
+copied first (a copy-on-write fault), so the process that forks does as little as possible and never the server's
+bookkeeping. Standard library only."""
 
 from __future__ import annotations
 

@@ -3,9 +3,10 @@
 line per job on stdout: per test a status (`passed`, `failed` with why, `killed`; stdin/stdout tests: `returned`
 with the program's stdout, which the trainer compares).
 
-Two processes, here and template.py. The server reads jobs, compiles programs, keeps deadlines, reads what the
-processes it started write and replies; it never forks after its start. The template, forked once, forks every
-process a job needs, each PID 1 of its own PID namespace, and collects them when told.
+The server (here) and its templates (template.py). The server reads jobs, compiles programs, keeps deadlines, reads
+what the processes it started write and replies; it never forks after its start. A template per core, forked once
+and pinned to its core, forks every process of its core's scratch slots (Cores), each PID 1 of its own PID
+namespace, and collects them when told.
 
 A job of assert or call-based tests gets two processes: the program's (child.py: it runs the program, then
 answers calls into it) and a judge (judge.py: it runs the tests and sends the verdicts here). They talk over a
@@ -13,10 +14,10 @@ socket pair; this server hears only the judge's verdicts and the program's stdou
 stdin/stdout job gets one process: the program runs once per test; its stdout, split per test, goes back to the
 trainer, which compares it with the expected output (never sent here).
 
-Deadlines: per test (the judge says when each starts; stdin/stdout: each output's end starts the next) and one
-budget for the whole job, enforced here whatever the processes write: both killed (their PID namespaces with
-them), the test fails, the job's other tests run in a fresh pair. Everything a process writes is parsed as
-untrusted; one job's failure costs no other job.
+Deadlines: per test (the judge says when each starts; stdin/stdout: each output's end starts the next; the time the
+program waited for its core is added) and one budget for the whole job, enforced here whatever the processes write:
+both killed (their PID namespaces with them), the test fails, the job's other tests run in a fresh pair.
+Everything a process writes is parsed as untrusted; one job's failure costs no other job.
 """
 
 from __future__ import annotations
