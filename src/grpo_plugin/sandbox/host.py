@@ -62,7 +62,7 @@ class SandboxUnavailable(SandboxError):
 @dataclass(frozen=True)
 class Limits:
     wall_s: float = 2.0  # per test, and for running the program's own code before the tests (+ the time the
-    # program waited for a CPU, up to 3 times this: zygote.py waited_for_cpu)
+    # program waited for its core while others shared it: zygote.py waited_for_cpu)
     memory_mb: int = 2048  # address space of each program process (RLIMIT_AS)
     output_kb: int = 1024  # most a program may print per test (stdout), and largest file it may write
     value_kb: int = 16384  # largest value one call into the program may return

@@ -90,10 +90,9 @@ class Cores:
     VM). Slots are spread evenly over the cores this process may use, and a job takes a free slot on the core
     running the fewest programs. No pinning when there is a single core."""
 
-    def __init__(self, cores: list[int], slots: int):
+    def __init__(self, cores: list[int]):
         self.cores = cores if len(cores) > 1 else []
         self.load = dict.fromkeys(self.cores, 0)
-        self.slots = slots
 
     def of(self, slot: int) -> int | None:
         return self.cores[slot % len(self.cores)] if self.cores else None
@@ -136,7 +135,7 @@ class Zygote:
         self.programs: dict[str, object] = {}  # source -> code object (a batch repeats its programs)
         self.tests: dict[str, object] = {}  # test source -> (code object, names used as modules)
         self.program_imports: dict[str, dict] = {}
-        self.cores = Cores(sorted(os.sched_getaffinity(0)), self.workers)
+        self.cores = Cores(sorted(os.sched_getaffinity(0)))
         child.prepare_common(self.site_dirs)
         try:
             child.warm_up(self.slots[0])
@@ -446,12 +445,15 @@ class Zygote:
 
     def waited_for_cpu(self, run: _Run) -> bool:
         """At a deadline: add to it the time the program's process spent runnable but waiting for its core since
-        the last such look (the kernel's run-queue wait, /proc/<pid>/schedstat), up to 3 times the test's limit.
-        A limit bounds what the program does, not how busy the machine is (the trainer, the other programs on
-        its core): a program that needs 0.4 s of CPU passes a 1 s limit even with two others on its core, while a
-        program that sleeps or loops forever is stopped as before. True when the deadline moved."""
+        the last such look (the kernel's run-queue wait, /proc/<pid>/schedstat), up to k times the test's limit in
+        all, k the other programs running on its core now (at most 3). A limit bounds what the program does, not
+        how busy its core is: a program that needs 0.4 s of CPU passes a 1 s limit with two others on its core,
+        while one that sleeps or loops forever is stopped as before. Its own threads and processes earn it
+        nothing: alone on its core it gets no extra time, and beside k others at most (k + 1) times the limit, in
+        which a fair share gives it no more than the limit's worth of CPU. True when the deadline moved."""
         pid = run.pids.get("program")
-        if not pid:
+        others = (self.cores.load[self.cores.of(run.slot)] if self.cores.cores else len(self.children)) - 1
+        if not pid or others < 1:
             return False
         try:
             with open(f"/proc/{pid}/schedstat", "rb") as f:
@@ -460,7 +462,7 @@ class Zygote:
             return False
         extra, run.waited = waited - run.waited, waited
         wall = run.job["wall_s"][run.current or run.start]
-        extra = min(extra, 3 * wall - run.extended)
+        extra = min(extra, min(others, 3) * wall - run.extended)
         if extra < 0.005:
             return False
         run.extended += extra
