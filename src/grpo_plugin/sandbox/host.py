@@ -234,7 +234,7 @@ class Sandbox:
     def _exchange(self, jobs: list[str]) -> list[dict]:
         """Send jobs (each already JSON) to the fork server; its replies, in order."""
         if self._proc is None or self._proc.poll() is not None:
-            raise SandboxError("the sandbox's fork server is not running")
+            raise SandboxError(f"the sandbox's fork server is not running: {self._stderr_tail()}")
         first = self._next_id
         self._next_id += len(jobs)
         payload = "".join(f'{{"id": {first + k}, "job": {job}}}\n' for k, job in enumerate(jobs)).encode()
