@@ -86,7 +86,7 @@ class Sandbox:
         self.limits = limits or Limits()
         # more programs than cores: while one waits on the fork server (started, collected) another runs on its
         # core, and the server handles more events per wake-up (2-core VM, bench batch: 6 slots take ~6% less time
-        # than 3; 8 no better than 6). Each slot's program and judge share a core (zygote.py, Cores).
+        # than 3; 8-10 a few % less again, for more memory). Each slot's program and judge share a core (zygote.py).
         self.workers = workers or 2 * len(os.sched_getaffinity(0)) + 2
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
