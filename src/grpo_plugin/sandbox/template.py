@@ -87,7 +87,7 @@ class Template:
             finally:
                 os._exit(0)
         theirs.close()
-        self.sock, self.pid, self.buf, self.core = ours, pid, b"", core
+        self.sock, self.pid, self.buf = ours, pid, b""
         self.starting: collections.deque = collections.deque()  # the server's records of spawns not yet answered
 
     def spawn(self, payload: bytes, fds: list[int], slot: int) -> None:

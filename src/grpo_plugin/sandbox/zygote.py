@@ -78,6 +78,10 @@ class _Run:
         self.waited = 0.0  # seconds the program's process waited for a CPU, already added to its deadlines
         self.extended = 0.0  # added to the current deadline for that
 
+    def limit(self) -> float:
+        """The running test's time limit."""
+        return self.job["wall_s"][self.current or self.start]
+
     def start_test(self, wall: float) -> None:
         self.deadline = time.monotonic() + wall
         self.extended = 0.0
@@ -461,7 +465,7 @@ class Zygote:
         except (OSError, ValueError, IndexError):
             return False
         extra, run.waited = waited - run.waited, waited
-        wall = run.job["wall_s"][run.current or run.start]
+        wall = run.limit()
         extra = min(extra, min(others, 3) * wall - run.extended)
         if extra < 0.005:
             return False
@@ -747,7 +751,7 @@ class Zygote:
                     elif now > run.hard_deadline:
                         self.finish(run, f"timed out (the whole run's {run.budget:g} s budget)")
                     elif now > run.deadline and not self.waited_for_cpu(run):
-                        wall = run.job["wall_s"][run.current or run.start]
+                        wall = run.limit()
                         more = f" (+{run.extended:.2g} s it waited for a CPU)" if run.extended >= 0.01 else ""
                         self.finish(run, f"timed out after {wall:g} s{more}")
         sys.stdout.flush()
