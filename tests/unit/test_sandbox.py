@@ -496,6 +496,25 @@ def test_the_warm_up_answers_every_request_and_leaves_the_process_as_it_was(tmp_
     assert after == before
 
 
+def test_the_typing_aliases_programs_annotate_with_are_built_once_in_the_fork_server():
+    """child.warm_typing builds the common aliases before the template is forked: a program's `List[int]` or
+    `Dict[str, int]` is then a hit in typing's cache (nothing built in the program's process)."""
+    import typing
+
+    from grpo_plugin.sandbox import child
+
+    assert child.warm_typing() > 50
+    inner = typing._SpecialGenericAlias.__getitem__  # typing's lru cache behind it (3.12: in typing._caches)
+    caches = getattr(typing, "_caches", None)
+    cache = caches[inner.__wrapped__] if caches is not None else next(
+        c.cell_contents for c in inner.__closure__ if hasattr(c.cell_contents, "cache_info"))
+    before = cache.cache_info()
+    program = "from typing import Dict, List\ndef f(xs: List[int], m: Dict[str, int]) -> List[str]:\n    return []\n"
+    exec(compile(program, "solution.py", "exec", dont_inherit=True), {})  # its annotations evaluated, as a program's
+    after = cache.cache_info()
+    assert (after.hits - before.hits, after.misses - before.misses) == (3, 0)
+
+
 def test_a_seccomp_filter_the_kernel_refuses_stops_the_sandbox_saying_so(monkeypatch):
     """The filter is loaded once, in the template, before it forks anything: if the kernel refuses it (here an
     injected program with no return instruction), no program runs without it, and the error says why."""
