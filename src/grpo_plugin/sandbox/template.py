@@ -107,10 +107,11 @@ class Template:
         self._send(_HEAD.pack(b"R", pid, 0))
 
     def _send(self, head: bytes, fds=(), payload: bytes = b"") -> None:
+        data = head + payload if payload else head
         try:
-            self.socket.send_fds(self.sock, [head], list(fds)) if fds else self.sock.sendall(head)
-            if payload:
-                self.sock.sendall(payload)
+            sent = self.socket.send_fds(self.sock, [data], list(fds)) if fds else self.sock.send(data)
+            if sent < len(data):  # one message in the usual case; the rest of a long one as the socket takes it
+                self.sock.sendall(memoryview(data)[sent:])
         except OSError as exc:
             raise TemplateGone(f"the template process is gone ({exc})") from None
 

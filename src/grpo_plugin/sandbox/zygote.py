@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import marshal
 import os
-import selectors
+import select
 import signal
 import socket
 import sys
@@ -114,6 +114,28 @@ class Cores:
             self.load[self.of(slot)] -= 1
 
 
+class Watch:
+    """The descriptors the server waits on (epoll, level-triggered: a descriptor stays ready until it is read or
+    closed), each with what it is for."""
+
+    def __init__(self):
+        self.epoll = select.epoll()
+        self.data: dict[int, object] = {}
+
+    def add(self, fd: int, data) -> None:
+        self.epoll.register(fd, select.EPOLLIN)
+        self.data[fd] = data
+
+    def remove(self, fd: int) -> None:
+        if self.data.pop(fd, self) is not self:
+            self.epoll.unregister(fd)
+
+    def ready(self, timeout: float) -> list[tuple[int, object]]:
+        """The descriptors ready now or within `timeout` seconds, with their data as it was then."""
+        data = self.data
+        return [(fd, data[fd]) for fd, _ in self.epoll.poll(timeout) if fd in data]
+
+
 class Zygote:
     def __init__(self, config: dict):
         self.limits = config["limits"]
@@ -130,7 +152,7 @@ class Zygote:
         self.results: dict[int, dict] = {}
         self.pending: dict[int, int] = {}
         self.children: set[_Run] = set()
-        self.sel = selectors.DefaultSelector()
+        self.watch = Watch()
         self.reaping: dict[int, _Run] = {}
         self.slots = [self.new_slot(k) for k in range(self.workers)]
         self.free = list(range(self.workers))
@@ -151,7 +173,7 @@ class Zygote:
             self.templates.append(template.Template(self.child_main, self.landlock, self.seccomp, core,
                                                     tuple(t.sock for t in self.templates)))
         for t in self.templates:
-            self.sel.register(t.sock, selectors.EVENT_READ, ("template", t))
+            self.watch.add(t.sock.fileno(), ("template", t))
         for k, path in enumerate(self.slots):
             self.template_of(k).scratch(k, path)
         self.null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)  # every child's stdin (and a judge's stderr)
@@ -263,7 +285,7 @@ class Zygote:
         j = {"slot": slot, "pid": None, "ctrl": ours, "v": v_r, "buf": b"", "run": None, "jobs": 1, "gone": False}
         self.template_of(slot).starting.append((j, "judge"))
         os.set_blocking(v_r, False)
-        self.sel.register(v_r, selectors.EVENT_READ, ("judge", j))
+        self.watch.add(v_r, ("judge", j))
         self.judges[slot] = j
         return j
 
@@ -274,10 +296,7 @@ class Zygote:
         if j["gone"]:
             return
         j["gone"] = True
-        try:
-            self.sel.unregister(j["v"])
-        except (KeyError, ValueError):
-            pass
+        self.watch.remove(j["v"])
         os.close(j["v"])
         j["ctrl"].close()
         if j["pid"] is not None:
@@ -368,8 +387,10 @@ class Zygote:
                 imports = self.imports(job.get("source") or "")
                 judge_ = self.judge_for(slot)
                 payload = marshal.dumps((text, start, end, tests, imports))
-                socket.send_fds(judge_["ctrl"], [len(payload).to_bytes(4, "little")], [rj])
-                judge_["ctrl"].sendall(payload)
+                message = len(payload).to_bytes(4, "little") + payload
+                sent = socket.send_fds(judge_["ctrl"], [message], [rj])
+                if sent < len(message):
+                    judge_["ctrl"].sendall(memoryview(message)[sent:])
                 judge_["run"] = run
                 run.judge = judge_
         except OSError:
@@ -386,7 +407,7 @@ class Zygote:
             os.set_blocking(r, False)
             run.fds[k] = r
             self.fd_run[r] = (run, k)
-            self.sel.register(r, selectors.EVENT_READ, (run, k))
+            self.watch.add(r, (run, k))
         self.children.add(run)
 
     # -- what the processes write
@@ -536,7 +557,7 @@ class Zygote:
             self.retire(run.judge)
         for r in run.fds.values():
             if r in self.fd_run:
-                self.sel.unregister(r)
+                self.watch.remove(r)
                 del self.fd_run[r]
         for pid in run.pids.values():
             if pid is not None:
@@ -672,7 +693,7 @@ class Zygote:
     def serve(self) -> None:
         stdin = sys.stdin.fileno()
         os.set_blocking(stdin, False)
-        self.sel.register(stdin, selectors.EVENT_READ, None)
+        self.watch.add(stdin, None)
         pending = b""
         open_input = True
         while open_input or self.queue or self.children:
@@ -692,12 +713,12 @@ class Zygote:
             now = time.monotonic()
             timeout = min((min(r.deadline, r.hard_deadline) for r in self.children if r.ending is None),
                           default=now + 1.0) - now
-            for key, _ in self.sel.select(max(0.0, min(timeout, 1.0))):
-                if key.data is None:
+            for fd, data in self.watch.ready(max(0.0, min(timeout, 1.0))):
+                if data is None:
                     chunk = os.read(stdin, 1 << 20)
                     if not chunk:
                         open_input = False
-                        self.sel.unregister(stdin)
+                        self.watch.remove(stdin)
                         continue
                     pending += chunk
                     while b"\n" in pending:
@@ -706,13 +727,13 @@ class Zygote:
                             msg = json.loads(line)
                             self.submit({**msg["job"], "id": msg["id"]})
                     continue
-                if key.data[0] == "template":
-                    for answer in key.data[1].answers():
-                        self.on_answer(key.data[1], *answer)
+                if data[0] == "template":
+                    for answer in data[1].answers():
+                        self.on_answer(data[1], *answer)
                     continue
-                if key.data[0] == "judge":
-                    j = key.data[1]
-                    chunk = _read(key.fd)
+                if data[0] == "judge":
+                    j = data[1]
+                    chunk = _read(fd)
                     if chunk is None:
                         continue
                     if chunk:
@@ -723,10 +744,10 @@ class Zygote:
                             self.finish(r, "the judge process ended")
                         self.retire(j)
                     continue
-                run, which = key.data
-                if key.fd not in self.fd_run:
+                run, which = data
+                if fd not in self.fd_run:
                     continue
-                chunk = _read(key.fd)
+                chunk = _read(fd)
                 if chunk is None:
                     continue
                 if chunk:
@@ -736,8 +757,8 @@ class Zygote:
                     elif run.done:
                         self.finish(run, None)
                     continue
-                self.sel.unregister(key.fd)
-                del self.fd_run[key.fd]
+                self.watch.remove(fd)
+                del self.fd_run[fd]
                 if which == "out" and run.stdio:
                     self.finish(run, None)  # the stdin/stdout program is done: collect the run
             now = time.monotonic()
