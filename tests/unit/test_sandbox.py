@@ -496,6 +496,34 @@ def test_the_warm_up_answers_every_request_and_leaves_the_process_as_it_was(tmp_
     assert after == before
 
 
+def test_a_channel_splits_what_one_read_brings_into_its_messages_and_keeps_the_rest_for_itself():
+    """child.Channel reads a connection's length-prefixed messages, usually one read each: two messages that came in
+    one read are two messages; a message larger than one read is read whole; one past the limit is a ValueError;
+    the end of the connection is None; and bytes left over stay with their own connection."""
+    import socket
+
+    from grpo_plugin.sandbox import child
+
+    a, b = socket.socketpair()
+    c, d = socket.socketpair()
+    try:
+        a.sendall(b"".join(len(m).to_bytes(4, sys.byteorder) + m for m in (b"one", b"two", b"x" * 200_000)))
+        c.sendall((3).to_bytes(4, sys.byteorder) + b"cee")
+        mine, other = child.Channel(b.fileno()), child.Channel(d.fileno())
+        assert mine.recv(1 << 20) == b"one"
+        assert other.recv(1 << 20) == b"cee"
+        assert mine.recv(1 << 20) == b"two"
+        assert mine.recv(1 << 20) == b"x" * 200_000
+        a.sendall((10).to_bytes(4, sys.byteorder) + b"0123456789")
+        with pytest.raises(ValueError, match="10 bytes"):
+            mine.recv(9)
+        a.close()
+        assert mine.recv(1 << 20) is None
+    finally:
+        for s in (a, b, c, d):
+            s.close()
+
+
 def test_the_typing_aliases_programs_annotate_with_are_built_once_in_the_fork_server():
     """child.warm_typing builds the common aliases before the template is forked: a program's `List[int]` or
     `Dict[str, int]` is then a hit in typing's cache (nothing built in the program's process)."""

@@ -35,26 +35,41 @@ def send(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data):]
 
 
-def recv(fd: int, most: int) -> bytes | None:
-    """One length-prefixed message (None when the other end closed); ValueError past `most` bytes."""
-    head = _read_exact(fd, 4)
-    if head is None:
-        return None
-    n = _LEN.unpack(head)[0]
-    if n > most:
-        raise ValueError(f"a message of {n} bytes (most {most})")
-    return _read_exact(fd, n)
+# one JSON form for every message (an encoder made once: json.dumps with options makes one per call)
+dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def _read_exact(fd: int, n: int) -> bytes | None:
-    chunks, got = [], 0
-    while got < n:
-        chunk = os.read(fd, min(n - got, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+class Channel:
+    """The receiving end of one connection's length-prefixed messages: one read takes a whole message in the usual
+    case; bytes a read brought past the message stay here for this connection's next one (never for another
+    connection's: each has its own Channel)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.rest = fd, b""
+
+    def recv(self, most: int) -> bytes | None:
+        """The next message (None when the other end closed first); ValueError past `most` bytes."""
+        buf, self.rest = self.rest, b""
+        while len(buf) < 4:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return None
+            buf += chunk
+        n = _LEN.unpack_from(buf)[0]
+        if n > most:
+            raise ValueError(f"a message of {n} bytes (most {most})")
+        end = 4 + n
+        if len(buf) < end:
+            chunks, got = [buf], len(buf)
+            while got < end:
+                chunk = os.read(self.fd, min(end - got, 1 << 20))
+                if not chunk:
+                    return None
+                chunks.append(chunk)
+                got += len(chunk)
+            buf = b"".join(chunks)
+        self.rest = buf[end:]
+        return buf[4:end]
 
 
 def _install_exit() -> None:
@@ -93,6 +108,7 @@ class Service:
 
     def __init__(self, ns: dict, fd: int, most: int):
         self.ns, self.fd, self.most = ns, fd, most
+        self.channel = Channel(fd)
         self.objects: list = []  # handle -> object kept here
         self.handles: dict[int, int] = {}  # id(object) -> handle
         self.classes: dict[int, dict] = {}  # id(class) -> its description
@@ -151,7 +167,7 @@ class Service:
         return out
 
     def reply(self, kind: str, payload) -> None:
-        send(self.fd, json.dumps([kind, payload], separators=(",", ":")).encode())
+        send(self.fd, dumps([kind, payload]).encode())
 
     def error(self, exc: BaseException) -> None:
         try:
@@ -167,7 +183,7 @@ class Service:
     def serve(self) -> None:
         """Answer requests until the judge closes its end."""
         while True:
-            msg = recv(self.fd, self.most)
+            msg = self.channel.recv(self.most)
             if msg is None:
                 return
             self.answer(msg)
@@ -175,7 +191,7 @@ class Service:
     def answer(self, msg: bytes) -> None:
         """One request, one reply."""
         try:
-            req = json.loads(msg)
+            req = json.loads(msg.decode())
             op = req[0]
             if op == "get":
                 if req[1] not in self.ns:
@@ -354,12 +370,13 @@ def warm_up(scratch: str) -> list[str]:
         exec(compile(_WARM_PROGRAM, "solution.py", "exec"), service.ns)  # noqa: S102 - our own program
         _flush()
         service.reply("ready", service.directory())
-        recv(ours.fileno(), 1 << 20)
+        answers = Channel(ours.fileno())
+        answers.recv(1 << 20)
         enc = codec.Encoder(None, None).tree
 
         def ask(*req):
-            service.answer(json.dumps(req, separators=(",", ":")).encode())
-            kind, payload = json.loads(recv(ours.fileno(), 1 << 20))
+            service.answer(dumps(req).encode())
+            kind, payload = json.loads(answers.recv(1 << 20).decode())
             kinds.append(kind)
             return payload
 

@@ -50,6 +50,7 @@ class ProgramFailed(Exception):
 class Program:
     def __init__(self, fd: int, value_bytes: int, job_bytes: int):
         self.fd, self.value_bytes = fd, value_bytes
+        self.channel = child.Channel(fd)
         self.decoder = codec.Decoder(self.remote, self.klass, job_bytes)
         self.encoder = codec.Encoder(self.handle_of, self.describe_for_program)
         self.classes: dict[int, type] = {}  # class handle -> stand-in
@@ -62,11 +63,11 @@ class Program:
         if req[0] != "get":
             self.asked = True
         try:
-            child.send(self.fd, json.dumps(req, separators=(",", ":")).encode())
+            child.send(self.fd, child.dumps(req).encode())
         except OSError as exc:
             raise ProgramFailed(f"the program's process is gone ({exc.strerror})") from None
         try:
-            data = child.recv(self.fd, self.value_bytes)
+            data = self.channel.recv(self.value_bytes)
         except ValueError as exc:
             raise ProgramFailed(f"a value larger than the sandbox's limit ({exc})") from None
         except OSError as exc:
@@ -75,7 +76,7 @@ class Program:
             raise ProgramFailed("the program's process ended")
         self.decoder.charge(len(data))
         try:
-            kind, payload = json.loads(data)
+            kind, payload = json.loads(data.decode())
         except (ValueError, TypeError) as exc:
             raise ProgramFailed(f"an unreadable reply ({type(exc).__name__})") from None
         if kind == "ok":
@@ -86,7 +87,7 @@ class Program:
 
     def first(self):
         """The program's process's first word: None (ready), or why the program did not run to its end."""
-        data = child.recv(self.fd, self.value_bytes)
+        data = self.channel.recv(self.value_bytes)
         if data is None:
             return "the program ended its process"
         self.decoder.charge(len(data))
