@@ -330,10 +330,8 @@ def warm_typing() -> int:
     cache, so a program's `def f(xs: List[int])` finds its alias there instead of running typing's Python code to
     build it (~0.1 ms and the pages that code writes, in every program's process that annotates). Returns how many
     it built."""
-    try:
-        import typing
-    except ImportError:
-        return 0
+    import typing
+
     # typing's own objects by name: they are what programs subscript (the lint would have them rewritten)
     t = {name: getattr(typing, name) for name in ("List", "Dict", "Tuple", "Set", "Optional", "Union", "Sequence",
                                                   "Iterable", "Iterator", "Callable", "Any")}

@@ -59,6 +59,16 @@ def _collect(pid: int, pidfd: int) -> bytes:
     return _ANSWER.pack(b"X", pid, status)
 
 
+def send_message(sock, data: bytes, fds=()) -> None:
+    """`data` (with `fds` attached) on a stream socket: one sendmsg in the usual case, the rest of a long message
+    as the socket takes it."""
+    import socket
+
+    sent = socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
+    if sent < len(data):
+        sock.sendall(memoryview(data)[sent:])
+
+
 class TemplateGone(Exception):
     pass
 
@@ -107,11 +117,8 @@ class Template:
         self._send(_HEAD.pack(b"R", pid, 0))
 
     def _send(self, head: bytes, fds=(), payload: bytes = b"") -> None:
-        data = head + payload if payload else head
         try:
-            sent = self.socket.send_fds(self.sock, [data], list(fds)) if fds else self.sock.send(data)
-            if sent < len(data):  # one message in the usual case; the rest of a long one as the socket takes it
-                self.sock.sendall(memoryview(data)[sent:])
+            send_message(self.sock, head + payload if payload else head, fds)
         except OSError as exc:
             raise TemplateGone(f"the template process is gone ({exc})") from None
 

@@ -387,10 +387,7 @@ class Zygote:
                 imports = self.imports(job.get("source") or "")
                 judge_ = self.judge_for(slot)
                 payload = marshal.dumps((text, start, end, tests, imports))
-                message = len(payload).to_bytes(4, "little") + payload
-                sent = socket.send_fds(judge_["ctrl"], [message], [rj])
-                if sent < len(message):
-                    judge_["ctrl"].sendall(memoryview(message)[sent:])
+                template.send_message(judge_["ctrl"], len(payload).to_bytes(4, "little") + payload, [rj])
                 judge_["run"] = run
                 run.judge = judge_
         except OSError:
