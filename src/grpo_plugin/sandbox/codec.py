@@ -19,6 +19,7 @@ import datetime
 import decimal
 import fractions
 import json
+import math
 
 MAX_DEPTH = 200
 _MUTABLE_TAGS = frozenset({"L", "D", "S", "Y", "dq", "Ct", "OD", "DD"})  # numbered in the order they are met
@@ -59,11 +60,11 @@ class Encoder:
         if k is not None:
             return ["@", k]
         if t is tuple:
-            return ["T", *[self._t(e, memo, keep, d) for e in x]]
+            return ["T", *x] if _scalars(x) else ["T", *[self._t(e, memo, keep, d) for e in x]]
         if t is list:
             memo[id(x)] = len(memo)
             keep.append(x)
-            return ["L", *[self._t(e, memo, keep, d) for e in x]]
+            return ["L", *x] if _scalars(x) else ["L", *[self._t(e, memo, keep, d) for e in x]]
         if t is dict or t is collections.OrderedDict or t is collections.Counter or t is collections.defaultdict:
             memo[id(x)] = len(memo)
             keep.append(x)
@@ -83,6 +84,8 @@ class Encoder:
             if t is set:
                 memo[id(x)] = len(memo)
                 keep.append(x)
+            if _scalars(x):
+                return ["S" if t is set else "F", *x]
             return ["S" if t is set else "F", *[self._t(e, memo, keep, d) for e in x]]
         if t is bytes:
             return ["B", x.hex()]
@@ -123,9 +126,35 @@ class Encoder:
 
 
 _PLAIN_BASES = (int, float, str, bytes, tuple, list, dict, set, frozenset)
+_TEXTUAL, _NUMBERS = frozenset({str, bool, type(None)}), frozenset({int, float, bool})
+
+
+def _scalars(x) -> bool:
+    """Whether every element of `x` is a value JSON holds as itself (a str, a bool, None, a finite float, an int
+    within _INT_JSON): then the elements go out as they are, without a call per element."""
+    kinds = set(map(type, x))
+    if kinds <= _TEXTUAL:
+        return True
+    if not kinds <= _NUMBERS:
+        return False
+    try:
+        if float in kinds and not all(map(math.isfinite, x)):
+            return False
+        return int not in kinds or min(x) > -_INT_JSON and max(x) < _INT_JSON
+    except (OverflowError, ValueError):  # an int too large for a float; min of nothing
+        return not x
 _FACTORIES = {"int": int, "list": list, "set": set, "dict": dict, "str": str, "float": float, "tuple": tuple,
               "frozenset": frozenset, "bool": bool, "bytes": bytes, "deque": collections.deque,
               "Counter": collections.Counter, "OrderedDict": collections.OrderedDict}
+
+
+def _flat(items: list) -> bool:
+    """Whether decoded JSON items are all scalars (a compound value is a tagged list; an object is never sent):
+    then they are the values themselves, without a call per item."""
+    return not set(map(type, items)) & _COMPOUND
+
+
+_COMPOUND = frozenset({list, dict})
 
 
 class Decoder:
@@ -167,6 +196,9 @@ class Decoder:
             return made[rest[0]]
         if tag in _MUTABLE_TAGS:
             if tag == "L":
+                if _flat(rest):
+                    made.append(rest)
+                    return rest
                 out = []
                 made.append(out)
                 out.extend(self._v(e, made, d) for e in rest)
@@ -174,7 +206,7 @@ class Decoder:
             if tag == "S":
                 out = set()
                 made.append(out)
-                out.update(self._v(e, made, d) for e in rest)
+                out.update(rest if _flat(rest) else (self._v(e, made, d) for e in rest))
                 return out
             if tag == "Y":
                 out = bytearray.fromhex(rest[0])
@@ -197,9 +229,9 @@ class Decoder:
                 out[self._v(rest[i], made, d)] = self._v(rest[i + 1], made, d)
             return out
         if tag == "T":
-            return tuple(self._v(e, made, d) for e in rest)
+            return tuple(rest if _flat(rest) else (self._v(e, made, d) for e in rest))
         if tag == "F":
-            return frozenset(self._v(e, made, d) for e in rest)
+            return frozenset(rest if _flat(rest) else (self._v(e, made, d) for e in rest))
         if tag == "I":
             if len(rest[0]) > 1 << 22:
                 raise ValueError("an int of more than 16M bits")
