@@ -82,8 +82,12 @@ _HELP = "See docs/code.md#what-the-sandbox-needs."
 
 
 class Sandbox:
-    def __init__(self, limits: Limits | None = None, workers: int | None = None):
+    def __init__(self, limits: Limits | None = None, workers: int | None = None, huge_text: bool | None = None):
+        """`huge_text`: the interpreter's code on huge pages in the fork server (hugetext.py; default: on, unless
+        GRPO_SANDBOX_HUGE_TEXT=0)."""
         self.limits = limits or Limits()
+        self.huge_text = os.environ.get("GRPO_SANDBOX_HUGE_TEXT", "1") != "0" if huge_text is None else huge_text
+        self.huge_text_bytes = 0  # what the fork server put on huge pages
         # more programs than cores: while one waits on the fork server (started, collected) another runs on its
         # core, and the server handles more events per wake-up (2-core VM, bench batch: 6 slots take ~6% less time
         # than 3; 8-10 a few % less again, for more memory). Each slot's program and judge share a core (zygote.py).
@@ -128,7 +132,8 @@ class Sandbox:
             cmd, fds = jail.command([jail.python, "-I", "-S", "-c", _launch(SCRIPT_DIR), json.dumps({
                 "limits": self.limits.to_json(), "workers": self.workers, "scratch_root": SCRATCH,
                 "require_landlock": "landlock" not in accepted, "readable": jail.landlock_readable(),
-                "site_dirs": jail.site_dirs, "uids": jail.userns_fd >= 0, "seccomp": seccomp.hex()})])
+                "site_dirs": jail.site_dirs, "uids": jail.userns_fd >= 0, "seccomp": seccomp.hex(),
+                "huge_text": self.huge_text})])
         except JailUnavailable as exc:
             jail.close()
             raise SandboxUnavailable(f"the code sandbox cannot run on this machine: {exc}. {_HELP}") from None
@@ -167,6 +172,7 @@ class Sandbox:
             layers.append(f"seccomp ({refused} syscalls refused, inherited from the template)")
         layers.append("rlimits")
         self.isolation = " + ".join(layers)
+        self.huge_text_bytes = int(msg.get("huge_text", 0))
         self.jail_pid = self._proc.pid  # bwrap, as this process sees it
         self.zygote_pid = jail_mod.outer_pid(self._proc.pid, msg["pid"]) or -1
         self.template_pids = [jail_mod.outer_pid(self._proc.pid, p) or -1 for p in msg["template_pids"]]

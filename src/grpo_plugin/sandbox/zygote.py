@@ -33,10 +33,11 @@ import time
 import warnings
 
 try:
-    from . import child, confine, judge, template
+    from . import child, confine, hugetext, judge, template
 except ImportError:  # the fork server: zygote.py imported as a top-level module, its siblings beside it
     import child
     import confine
+    import hugetext
     import judge
     import template
 
@@ -167,6 +168,12 @@ class Zygote:
             child.warm_up(self.slots[0])
         except Exception as exc:  # noqa: BLE001 - only slower without it
             sys.stderr.write(f"sandbox: the warm-up failed: {type(exc).__name__}: {exc}\n")
+        self.huge_text = 0
+        if config.get("huge_text", True):  # before the templates fork: every process after shares those pages
+            try:
+                self.huge_text = hugetext.remap_interpreter()
+            except (OSError, ValueError, AttributeError) as exc:  # only slower without it
+                sys.stderr.write(f"sandbox: the interpreter's code stays on small pages: {exc}\n")
         template._immortalize()
         self.templates: list[template.Template] = []
         for core in self.cores.cores or [None]:  # one per core, each forking the processes of its core's slots
@@ -851,7 +858,7 @@ def main() -> None:
                          + "\n")
         sys.stdout.flush()
         return
-    sys.stdout.write(json.dumps({"ready": True, "landlock_abi": abi, "pid": os.getpid(),
+    sys.stdout.write(json.dumps({"ready": True, "landlock_abi": abi, "pid": os.getpid(), "huge_text": zygote.huge_text,
                                  "template_pids": [t.pid for t in zygote.templates]}) + "\n")
     sys.stdout.flush()
     zygote.serve()
