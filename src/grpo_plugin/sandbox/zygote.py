@@ -168,12 +168,6 @@ class Zygote:
             child.warm_up(self.slots[0])
         except Exception as exc:  # noqa: BLE001 - only slower without it
             sys.stderr.write(f"sandbox: the warm-up failed: {type(exc).__name__}: {exc}\n")
-        self.huge_text = 0
-        if config.get("huge_text", True):  # before the templates fork: every process after shares those pages
-            try:
-                self.huge_text = hugetext.remap_interpreter()
-            except (OSError, ValueError, AttributeError) as exc:  # only slower without it
-                sys.stderr.write(f"sandbox: the interpreter's code stays on small pages: {exc}\n")
         template._immortalize()
         self.templates: list[template.Template] = []
         for core in self.cores.cores or [None]:  # one per core, each forking the processes of its core's slots
@@ -840,6 +834,12 @@ def main() -> None:
         sys.stdout.flush()
         return
     confine._PRCTL(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the fork server's memory is nobody's to read
+    huge_text = 0
+    if config.get("huge_text", True):  # first: what it allocates and frees leaves no holes the children fill
+        try:
+            huge_text = hugetext.remap_interpreter()
+        except (OSError, ValueError, AttributeError) as exc:  # only slower without it
+            sys.stderr.write(f"sandbox: the interpreter's code stays on small pages: {exc}\n")
     os.environ.clear()
     for name in PRELOAD:
         try:
@@ -858,7 +858,7 @@ def main() -> None:
                          + "\n")
         sys.stdout.flush()
         return
-    sys.stdout.write(json.dumps({"ready": True, "landlock_abi": abi, "pid": os.getpid(), "huge_text": zygote.huge_text,
+    sys.stdout.write(json.dumps({"ready": True, "landlock_abi": abi, "pid": os.getpid(), "huge_text": huge_text,
                                  "template_pids": [t.pid for t in zygote.templates]}) + "\n")
     sys.stdout.flush()
     zygote.serve()
