@@ -492,7 +492,7 @@ def test_the_warm_up_answers_every_request_and_leaves_the_process_as_it_was(tmp_
     before = (os.getcwd(), dict(os.environ), list(sys.path), list(sys.argv), "solution" in sys.modules)
     kinds = child.warm_up(str(tmp_path))
     after = (os.getcwd(), dict(os.environ), list(sys.path), list(sys.argv), "solution" in sys.modules)
-    assert kinds == ["ok"] * 19 + ["err"]
+    assert kinds == ["ok"] * 35 + ["err"]
     assert after == before
 
 

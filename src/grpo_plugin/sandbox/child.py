@@ -408,6 +408,10 @@ def warm_up(scratch: str) -> list[str]:
         f, box = ask("get", "f")[1], ask("get", "Box")[1]["h"]  # ["O", handle, class], ["K", class]
         for k in range(12):  # runs enough for the interpreter to specialise what they execute
             ask("call", f, enc([[1, 2, k], k]), enc({"name": "b"}))
+        for _ in range(2):  # calls sent ahead (judge.Program.send_ahead): one request, a reply per call
+            service.answer(dumps(["calls", [[f, enc([[1.5, 2.5], k]), enc({})] for k in range(8)]]).encode())
+            for _ in range(8):
+                kinds.append(json.loads(answers.recv(1 << 20).decode())[0])
         obj = ask("call", box, enc([[1, 2]]), enc({}))[1][1]  # ["L", ["O", handle, class], arguments after]
         ask("call", ask("attr", obj, "total")[1], enc([]), enc({}))
         ask("state", obj)
