@@ -32,11 +32,12 @@ Rewards (TRL's signature; completions as strings or as chat message lists):
   else 0.0.
 
 Sandbox limits from the environment of `axolotl train`: GRPO_SANDBOX_TIMEOUT_S (per test, default 2),
-GRPO_SANDBOX_MEMORY_MB (per program, default 2048), GRPO_SANDBOX_WORKERS (programs at once, default: the cores + 1),
-GRPO_SANDBOX_SCRATCH_MB (the scratch space all running programs share, default 256; each file at most 1 MiB).
-A row's own time limit (contest rows) replaces the per-test default; GRPO_CODE_MAX_TESTS (default 32) caps the
-tests a contest row keeps (public ones first); GRPO_CODE_COMPARE (`tokens`, the default, or `exact`) and
-GRPO_CODE_FLOAT_TOL (default 1e-6) set how stdin/stdout outputs are compared (a row's own `compare`/`tol` win).
+GRPO_SANDBOX_MEMORY_MB (per program, default 2048), GRPO_SANDBOX_WORKERS (programs at once, default: 2 per core
++ 4, at most 4 per core), GRPO_SANDBOX_SCRATCH_MB (the scratch space all running programs share, default 256; each
+file at most 1 MiB). A row's own time limit (contest rows) replaces the per-test default; GRPO_CODE_MAX_TESTS
+(default 32) caps the tests a contest row keeps (public ones first); GRPO_CODE_COMPARE (`tokens`, the default, or
+`exact`) and GRPO_CODE_FLOAT_TOL (default 1e-6) set how stdin/stdout outputs are compared (a row's own
+`compare`/`tol` win).
 """
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ def run(problems: int = 16, group: int = 8, rounds: int = 5) -> dict:
     tests = sum(len(t) for _, t in batch)
     suites = [AssertSuite(code, tests_) for code, tests_ in batch]
     t0 = time.perf_counter()
-    with Sandbox() as sb:  # its default: 2 programs per core + 2 at once
+    with Sandbox() as sb:  # its default number of programs at once (host.default_workers)
         start_s = time.perf_counter() - t0
         first_s, reference = _timed(lambda: _results(sb.run_suites(suites)))  # warm-up (the first batch)
         isolation = getattr(sb, "isolation", "")

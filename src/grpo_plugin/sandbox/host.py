@@ -8,9 +8,10 @@
 Assert and call-based tests are judged in the jail by a judge process, stdin/stdout outputs compared here
 (suites.py); the expected side of a test never enters a program's process.
 
-Programs of one call run in parallel (`workers`, default: 2 per core this process may use, + 2). The fork server
-runs in a bubblewrap jail (jail.py) that dies with this process, and checks at start what it needs from the
-machine: a missing layer is a `SandboxUnavailable` that says which, what that exposes and what to do.
+Programs of one call run in parallel (`workers`, default: 2 per core this process may use + 4, at most 4 per
+core: default_workers). The fork server runs in a bubblewrap jail (jail.py) that dies with this process, and
+checks at start what it needs from the machine: a missing layer is a `SandboxUnavailable` that says which, what
+that exposes and what to do.
 """
 
 from __future__ import annotations
@@ -81,6 +82,16 @@ class Limits:
 _HELP = "See docs/code.md#what-the-sandbox-needs."
 
 
+def default_workers(cores: int) -> int:
+    """Programs at once: 2 per core + 4, at most 4 per core. More programs than cores: while one waits on the
+    fork server (started, collected) another runs on its core, and the server handles more events per wake-up
+    (2-core VM, bench batch: 6 slots take ~6% less time than 3, 8 ~3% less than 6). At most 4 per core: a
+    program's time limit counts the time it waited for its core beside up to 3 others (zygote.py
+    waited_for_cpu). Each slot's program and judge share a core; each program may use `Limits.memory_mb`."""
+    cores = max(1, cores)
+    return min(2 * cores + 4, 4 * cores)
+
+
 class Sandbox:
     def __init__(self, limits: Limits | None = None, workers: int | None = None, huge_text: bool | None = None):
         """`huge_text`: the interpreter's code on huge pages in the fork server (hugetext.py; default: on, unless
@@ -88,10 +99,7 @@ class Sandbox:
         self.limits = limits or Limits()
         self.huge_text = os.environ.get("GRPO_SANDBOX_HUGE_TEXT", "1") != "0" if huge_text is None else huge_text
         self.huge_text_bytes = 0  # what the fork server put on huge pages
-        # more programs than cores: while one waits on the fork server (started, collected) another runs on its
-        # core, and the server handles more events per wake-up (2-core VM, bench batch: 6 slots take ~6% less time
-        # than 3; 8-10 a few % less again, for more memory). Each slot's program and judge share a core (zygote.py).
-        self.workers = workers or 2 * len(os.sched_getaffinity(0)) + 2
+        self.workers = workers or default_workers(len(os.sched_getaffinity(0)))
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._jail: Jail | None = None
