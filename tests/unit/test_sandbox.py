@@ -566,3 +566,11 @@ def test_programs_at_once_default_to_two_per_core_and_four_more_never_past_four_
 
     assert [default_workers(n) for n in (0, 1, 2, 3, 4, 16)] == [4, 4, 8, 10, 12, 36]
     assert all(default_workers(n) <= 4 * n for n in range(1, 65))
+
+
+def test_a_program_starts_with_nothing_of_the_fork_servers_for_the_collector_to_walk(sandbox):
+    """What the fork server made before forking is frozen out of the collector's generations: a program's
+    collection walks (and writes the headers of) only what its own process made, never pages it shares."""
+    code = "import gc\nN = [len(gc.get_objects(g)) for g in range(3)]\ndef counts():\n    return N\n"
+    res = one(sandbox, code, ["young, mid, old = counts()\nassert young < 100 and mid == old == 0, (young, mid, old)"])
+    assert res.passed == [True], res

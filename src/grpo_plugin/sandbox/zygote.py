@@ -22,6 +22,7 @@ Everything a process writes is parsed as untrusted; one job's failure costs no o
 
 from __future__ import annotations
 
+import gc
 import json
 import marshal
 import os
@@ -169,6 +170,8 @@ class Zygote:
         except Exception as exc:  # noqa: BLE001 - only slower without it
             sys.stderr.write(f"sandbox: the warm-up failed: {type(exc).__name__}: {exc}\n")
         template._immortalize()
+        gc.freeze()  # what the warm-up and this set-up made, out of the collector's young generations: a program's
+        # process that collects never writes their headers (a copy-on-write fault per page)
         self.templates: list[template.Template] = []
         for core in self.cores.cores or [None]:  # one per core, each forking the processes of its core's slots
             self.templates.append(template.Template(self.child_main, self.landlock, self.seccomp, core,
@@ -206,8 +209,6 @@ class Zygote:
                 confine.confine(confine.PROGRAM_UID if self.uids else None, ruleset, fds, limits)
                 report = 3 if mode == "stdio" else 4
                 child.prepare_interpreter(scratch)
-                import gc
-
                 gc.enable()  # the template runs without collector passes; a program runs as Python does
                 if mode == "stdio":
                     os.close(3)
@@ -847,8 +848,6 @@ def main() -> None:
         except ImportError:
             pass
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    import gc
-
     gc.freeze()
     config["landlock_abi"] = abi
     try:
