@@ -37,7 +37,7 @@ VALUES = [
 ]
 
 
-@pytest.mark.parametrize("value", VALUES, ids=[repr(v)[:40] for v in VALUES])
+@pytest.mark.parametrize("value", VALUES, ids=[f"{k}-{type(v).__name__}" for k, v in enumerate(VALUES)])
 def test_values_come_back_equal_and_of_their_type(value):
     got, _ = trip(value)
     assert got == value
