@@ -82,6 +82,19 @@ def f(x=0):
     return n + x
 """
 
+# a call returns the one object the program keeps; the test asks it nothing the program decides
+BOX = """
+class Box:
+    def __init__(self):
+        self.v = 0
+    def __bool__(self):
+        return self.v == 1
+b = Box()
+def get():
+    b.v += 1
+    return b
+"""
+
 
 def test_which_tests_are_one_call_with_literals():
     def call(src):
@@ -119,18 +132,7 @@ def test_a_test_that_does_more_than_one_call_sees_the_state_the_calls_before_it_
 def test_a_call_that_returns_an_object_it_keeps_scores_as_one_by_one(monkeypatch):
     """A stand-in for the program's object (its truth is never the program's to decide); the program's process
     stops running ahead after such a call, and the calls after it go one by one."""
-    code = """
-    class Box:
-        def __init__(self):
-            self.v = 0
-        def __bool__(self):
-            return self.v == 1
-    b = Box()
-    def get():
-        b.v += 1
-        return b
-    """
-    lines, sent = same_either_way(monkeypatch, code, ["assert get()", "assert get()", "assert not get()"])
+    lines, sent = same_either_way(monkeypatch, BOX, ["assert get()", "assert get()", "assert not get()"])
     assert verdicts(lines) == [True, True, False]
     assert sent == [3]
 
@@ -230,16 +232,6 @@ def test_a_call_that_hangs_among_calls_sent_ahead_fails_alone_and_in_time(sandbo
 
 def test_state_and_objects_through_the_sandbox(sandbox):
     res = sandbox.run([(COUNTER, [f"assert f() == {k}" for k in (1, 2, 4, 4)] + ["assert n == 4"]),
-                       (textwrap.dedent("""
-                        class Box:
-                            def __init__(self):
-                                self.v = 0
-                            def __bool__(self):
-                                return self.v == 1
-                        b = Box()
-                        def get():
-                            b.v += 1
-                            return b
-                        """), ["assert get()", "assert not get()", "assert get() == 1"])])
+                       (BOX, ["assert get()", "assert not get()", "assert get() == 1"])])
     assert res[0].passed == [True, True, False, True, True]
     assert res[1].passed == [True, False, False]

@@ -171,16 +171,22 @@ class Service:
     def reply(self, kind: str, payload, *more) -> None:
         send(self.fd, dumps([kind, payload, *more]).encode())
 
-    def error(self, exc: BaseException, *more) -> None:
+    def error(self, exc: BaseException, ahead: bool = False) -> bool:
+        """Reply with `exc`; `ahead` (a call sent ahead): the reply also says whether the next call is run, which
+        it is only for a built-in exception whose arguments refer to nothing kept here. Returns that."""
         try:
             msg = str(exc)[:1000]
         except BaseException:  # noqa: BLE001 - the program's __str__
             msg = ""
+        self.handed = False
         try:
             args = self.encoder.tree(list(exc.args))
+            plain = not self.handed
         except BaseException:  # noqa: BLE001
-            args = ["L"]
-        self.reply("err", [self.describe(type(exc)), msg, args], *more)
+            args, plain = ["L"], False
+        more = plain and type(exc).__module__ == "builtins"
+        self.reply("err", [self.describe(type(exc)), msg, args], *((more,) if ahead else ()))
+        return more
 
     def calls(self, calls: list) -> None:
         """Calls sent ahead: each run and answered in turn, with whether the next one is run too (not after a
@@ -193,13 +199,7 @@ class Service:
                 more = not self.handed
                 self.reply("ok", tree, more)
             except BaseException as exc:  # noqa: BLE001 - reported to the judge, which raises it in the test
-                self.handed = False
-                try:
-                    args = self.encoder.tree(list(exc.args))
-                except BaseException:  # noqa: BLE001
-                    args = None
-                more = type(exc).__module__ == "builtins" and args is not None and not self.handed
-                self.error(exc, more)
+                more = self.error(exc, ahead=True)
             if not more:
                 return
 

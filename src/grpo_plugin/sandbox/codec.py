@@ -140,9 +140,11 @@ def _scalars(x) -> bool:
     try:
         if float in kinds and not all(map(math.isfinite, x)):
             return False
-        return int not in kinds or min(x) > -_INT_JSON and max(x) < _INT_JSON
-    except (OverflowError, ValueError):  # an int too large for a float; min of nothing
-        return not x
+    except OverflowError:  # an int too large for a float
+        return False
+    return int not in kinds or min(x) > -_INT_JSON and max(x) < _INT_JSON
+
+
 _FACTORIES = {"int": int, "list": list, "set": set, "dict": dict, "str": str, "float": float, "tuple": tuple,
               "frozenset": frozenset, "bool": bool, "bytes": bytes, "deque": collections.deque,
               "Counter": collections.Counter, "OrderedDict": collections.OrderedDict}

@@ -68,6 +68,11 @@ def huge_kb(lo: int, smaps_text: str) -> int:
     return 0
 
 
+def _all_huge(lo: int, size: int) -> bool:
+    with open("/proc/self/smaps") as f:
+        return huge_kb(lo, f.read()) * 1024 >= size
+
+
 def remap_interpreter() -> int:
     """Put the interpreter's read-only span on huge pages; the bytes moved (0: left as it was)."""
     pyfunc = ctypes.cast(ctypes.pythonapi.Py_IncRef, ctypes.c_void_p).value
@@ -86,12 +91,10 @@ def remap_interpreter() -> int:
     try:
         libc.madvise(new, size, _MADV_HUGEPAGE)
         ctypes.memmove(new, lo, size)
-        with open("/proc/self/smaps") as f:
-            if huge_kb(new, f.read()) * 1024 < size:
-                libc.madvise(new, size, _MADV_COLLAPSE)  # Linux >= 6.1; fails harmlessly before
-                with open("/proc/self/smaps") as f:
-                    if huge_kb(new, f.read()) * 1024 < size:
-                        return 0  # no huge pages to be had: 4 KiB anonymous pages would only cost more
+        if not _all_huge(new, size):
+            libc.madvise(new, size, _MADV_COLLAPSE)  # Linux >= 6.1; fails harmlessly before
+            if not _all_huge(new, size):
+                return 0  # no huge pages to be had: 4 KiB anonymous pages would only cost more
         if libc.mprotect(new, size, _PROT_READ | _PROT_EXEC) != 0:
             return 0
         if libc.mremap(new, size, size, _MREMAP_MAYMOVE_FIXED, lo) != lo:
@@ -103,5 +106,4 @@ def remap_interpreter() -> int:
             libc.munmap(new, size)
         if new > raw:
             libc.munmap(raw, new - raw)
-        if raw + HUGE > new:
-            libc.munmap(new + size, raw + HUGE - new)
+        libc.munmap(new + size, raw + HUGE - new)  # the rest of the alignment slack (never empty)

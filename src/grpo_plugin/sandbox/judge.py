@@ -70,9 +70,10 @@ class Program:
         self.send(req)
         return self.reply()
 
-    def send(self, req) -> None:
+    def send(self, req, text: str | None = None) -> None:
+        """Request `req` (or one already encoded as JSON `text`)."""
         try:
-            child.send(self.fd, child.dumps(req).encode())
+            child.send(self.fd, (text if text is not None else child.dumps(req)).encode())
         except OSError as exc:
             raise ProgramFailed(f"the program's process is gone ({exc.strerror})") from None
 
@@ -94,10 +95,7 @@ class Program:
         if len(parts) < 2:  # not worth it
             return 0
         self.asked = True
-        try:
-            child.send(self.fd, ('["calls",[' + ",".join(parts) + "]]").encode())
-        except OSError as exc:
-            raise ProgramFailed(f"the program's process is gone ({exc.strerror})") from None
+        self.send(None, '["calls",[' + ",".join(parts) + "]]")
         self.ahead.extend([h, len(a), tuple(k), None] for h, a, k in calls[:len(parts)])
         return len(parts)
 
