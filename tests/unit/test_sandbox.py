@@ -445,14 +445,56 @@ def test_a_program_and_its_judge_run_on_one_core_and_programs_spread_over_the_co
 
 
 def test_no_module_with_an_at_fork_handler_is_loaded_in_the_fork_server(sandbox):
-    """`threading` and `random` register at-fork handlers that would run in every child (~0.45 ms each time): the
-    fork server does not load them; a program that imports them gets them, freshly seeded."""
-    code = ("import sys\nloaded = [m for m in ('threading', 'random') if m in sys.modules]\n"
+    """The modules that register work for a forked child (`threading`, `random`, `logging`, ...) are not loaded in
+    the fork server: that work would run in every child, and the template forks with libc's fork() alone
+    (confine.can_fork_bare). A program that imports them gets them, freshly seeded."""
+    from grpo_plugin.sandbox import confine
+
+    code = (f"import sys\nloaded = [m for m in {confine.AT_FORK_MODULES!r} if m in sys.modules]\n"
             "import random, threading\ndraw = random.getrandbits(64)\n")
     res = sandbox.run([(code, ["assert loaded == []", "assert draw > 0"])])[0]
     assert res.passed == [True, True], res
 
 
+def test_a_program_runs_in_an_ordinary_process_after_the_bare_fork(sandbox):
+    """What os.fork's bookkeeping would have set up in the child works as in a plain interpreter: threads (their
+    own native ids, the main thread known), a signal handler, a fork of its own, and `random` seeded per process
+    (programs draw different numbers)."""
+    code = textwrap.dedent("""
+        import os, random, signal, threading
+        DRAW = random.getrandbits(64)
+        def threads():
+            ids = []
+            t = [threading.Thread(target=lambda: ids.append(threading.get_native_id())) for _ in range(3)]
+            for x in t: x.start()
+            for x in t: x.join()
+            main = threading.main_thread()
+            return (main is threading.current_thread(), main.native_id == threading.get_native_id(),
+                    len(set(ids) | {main.native_id}))
+        def alarm():
+            got = []
+            signal.signal(signal.SIGALRM, lambda s, f: got.append(s))
+            signal.setitimer(signal.ITIMER_REAL, 0.01)
+            while not got:
+                pass
+            return got == [signal.SIGALRM]
+        def child():
+            pid = os.fork()
+            if pid == 0:
+                os._exit(7)
+            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        def draw():
+            return DRAW
+    """)
+    tests = ["assert threads() == (True, True, 4)", "assert alarm()", "assert child() == 7"]
+    res = sandbox.run([(code + "# one\n", tests + ["assert draw() > 0"]), (code + "# two\n", tests)])
+    assert [r.passed for r in res] == [[True] * 4, [True] * 3], [r.detail for r in res]
+    # the number each program drew, read back through the message of the test that fails with it (more programs
+    # than templates: two of them forked from the same one)
+    n = len(sandbox.template_pids) + 4
+    draws = sandbox.run([(code + f"# {k}\n", ["raise ValueError(draw())"]) for k in range(n)])
+    values = {r.detail[0] for r in draws}
+    assert all(v.startswith("ValueError: ") for v in values) and len(values) == n, values
 
 
 def test_a_virtualenv_under_tmp_stays_visible_in_the_jail():

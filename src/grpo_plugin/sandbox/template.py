@@ -165,7 +165,7 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
     gc.disable()
     pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     recv_fds, recv, send, close, waitall = socket.recv_fds, sock.recv, sock.send, os.close, socket.MSG_WAITALL
-    fork = confine.fork_in_new_pid_namespace
+    fork, bare = confine.fork_in_new_pid_namespace, confine.can_fork_bare()
     head_size, unpack, pack = _HEAD.size, _HEAD.unpack, _ANSWER.pack
     rulesets: dict[int, int] = {}  # scratch slot -> its Landlock ruleset (-1: none could be built)
     try:
@@ -190,7 +190,7 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
         if kind == b"S":
             payload = recv(n, waitall) if n else b""
             try:
-                answer = fork(pidns)
+                answer = fork(pidns, bare)
             except OSError as exc:
                 answer = -(exc.errno or 1)
             if answer == 0:  # the child: PID 1 of its own namespace
