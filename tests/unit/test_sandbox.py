@@ -601,13 +601,14 @@ def test_a_seccomp_filter_the_kernel_refuses_stops_the_sandbox_saying_so(monkeyp
             sandbox.close()
 
 
-def test_programs_at_once_default_to_two_per_core_and_four_more_never_past_four_per_core():
-    """A program's time limit credits the time it waited for its core beside up to 3 others (zygote.py
-    waited_for_cpu): more than 4 per core could time out a program that needs less than its limit."""
+def test_programs_at_once_default_to_two_per_core_and_six_more_never_past_five_per_core():
+    """A program's time limit credits the time it waited for its core beside up to OTHERS_MOST others (zygote.py
+    waited_for_cpu): more per core could time out a program that needs less than its limit."""
     from grpo_plugin.sandbox.host import default_workers
+    from grpo_plugin.sandbox.zygote import OTHERS_MOST
 
-    assert [default_workers(n) for n in (0, 1, 2, 3, 4, 16)] == [4, 4, 8, 10, 12, 36]
-    assert all(default_workers(n) <= 4 * n for n in range(1, 65))
+    assert [default_workers(n) for n in (0, 1, 2, 3, 4, 16)] == [5, 5, 10, 12, 14, 38]
+    assert all(default_workers(n) <= (OTHERS_MOST + 1) * n for n in range(1, 65))
 
 
 def test_a_program_starts_with_nothing_of_the_fork_servers_for_the_collector_to_walk(sandbox):

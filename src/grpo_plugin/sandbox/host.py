@@ -83,13 +83,14 @@ _HELP = "See docs/code.md#what-the-sandbox-needs."
 
 
 def default_workers(cores: int) -> int:
-    """Programs at once: 2 per core + 4, at most 4 per core. More programs than cores: while one waits on the
+    """Programs at once: 2 per core + 6, at most 5 per core. More programs than cores: while one waits on the
     fork server (started, collected) another runs on its core, and the server handles more events per wake-up
-    (2-core VM, bench batch: 6 slots take ~6% less time than 3, 8 ~3% less than 6). At most 4 per core: a
-    program's time limit counts the time it waited for its core beside up to 3 others (zygote.py
-    waited_for_cpu). Each slot's program and judge share a core; each program may use `Limits.memory_mb`."""
+    (2-core VM, bench batch: 6 slots take ~6% less time than 3, 8 ~3% less than 6, 10 ~2% less than 8; 12 no
+    less than 10). At most 5 per core: a program's time limit counts the time it waited for its core beside up to
+    4 others (zygote.py waited_for_cpu). Each slot's program and judge share a core; each program may use
+    `Limits.memory_mb`."""
     cores = max(1, cores)
-    return min(2 * cores + 4, 4 * cores)
+    return min(2 * cores + 6, 5 * cores)
 
 
 class Sandbox:

@@ -50,6 +50,7 @@ PRELOAD = ("math", "re", "collections", "itertools", "functools", "heapq", "bise
            "fractions", "decimal", "operator", "copy", "enum", "datetime", "unicodedata", "array", "io", "ast",
            "struct", "_sitebuiltins", "ctypes")
 OUT_READ_CAP = 1024  # diagnostics kept per job (stderr)
+OTHERS_MOST = 4  # programs beside one on its core whose turns count towards its time limit (host.default_workers)
 
 
 class ProtocolError(Exception):
@@ -470,9 +471,9 @@ class Zygote:
     def waited_for_cpu(self, run: _Run) -> bool:
         """At a deadline: add to it the time the program's process spent runnable but waiting for its core since
         the last such look (the kernel's run-queue wait, /proc/<pid>/schedstat), up to k times the test's limit in
-        all, k the other programs running on its core now (at most 3). A limit bounds what the program does, not
-        how busy its core is: a program that needs 0.4 s of CPU passes a 1 s limit with two others on its core,
-        while one that sleeps or loops forever is stopped as before. Its own threads and processes earn it
+        all, k the other programs running on its core now (at most OTHERS_MOST). A limit bounds what the program
+        does, not how busy its core is: a program that needs 0.4 s of CPU passes a 1 s limit with two others on its
+        core, while one that sleeps or loops forever is stopped as before. Its own threads and processes earn it
         nothing: alone on its core it gets no extra time, and beside k others at most (k + 1) times the limit, in
         which a fair share gives it no more than the limit's worth of CPU. True when the deadline moved."""
         pid = run.pids.get("program")
@@ -486,7 +487,7 @@ class Zygote:
             return False
         extra, run.waited = waited - run.waited, waited
         wall = run.limit()
-        extra = min(extra, min(others, 3) * wall - run.extended)
+        extra = min(extra, min(others, OTHERS_MOST) * wall - run.extended)
         if extra < 0.005:
             return False
         run.extended += extra
