@@ -456,6 +456,25 @@ def test_no_module_with_an_at_fork_handler_is_loaded_in_the_fork_server(sandbox)
     assert res.passed == [True, True], res
 
 
+def test_every_program_gets_its_limits_whether_its_own_or_inherited_from_the_template(sandbox):
+    """Per process: CPU, address space, file size, descriptors, processes; from the template (confine_template):
+    no core dumps, no message queues, no locked memory, no_new_privs. Seen from the program, and the same for the
+    next program."""
+    code = textwrap.dedent("""
+        import ctypes, resource
+        def limits():
+            names = ("CPU", "AS", "FSIZE", "NOFILE", "NPROC", "CORE", "MSGQUEUE", "MEMLOCK")
+            return {n: resource.getrlimit(getattr(resource, "RLIMIT_" + n))[1] for n in names}
+        def nnp():
+            return ctypes.CDLL(None).prctl(39, 0, 0, 0, 0)  # PR_GET_NO_NEW_PRIVS
+    """)
+    want = {"AS": 512 << 20, "NOFILE": 256, "NPROC": Limits().processes, "CORE": 0, "MSGQUEUE": 0, "MEMLOCK": 0}
+    tests = [f"got = limits()\nassert all(got[k] == v for k, v in {want!r}.items()), got",
+             "assert limits()['CPU'] >= 2 and limits()['FSIZE'] > 0", "assert nnp() == 1"]
+    res = sandbox.run([(code + f"# {k}\n", tests) for k in range(2)])
+    assert [r.passed for r in res] == [[True] * 3] * 2, [r.detail for r in res]
+
+
 def test_a_program_runs_in_an_ordinary_process_after_the_bare_fork(sandbox):
     """What os.fork's bookkeeping would have set up in the child works as in a plain interpreter: threads (their
     own native ids, the main thread known), a signal handler, a fork of its own, and `random` seeded per process

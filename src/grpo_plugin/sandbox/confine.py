@@ -167,10 +167,25 @@ def _drop_capabilities() -> None:
     _check(_SYSCALL(NR["capset"], header, data), "capset")
 
 
+# limits the same for every process a template forks: set once in the template (inherited, and no process can
+# raise a hard limit without the capabilities it gives up)
+SHARED_LIMITS = ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_MSGQUEUE, 0), (resource.RLIMIT_MEMLOCK, 0))
+
+
+def confine_template() -> None:
+    """In the template, once, before it forks anything: what every process it forks inherits and keeps —
+    `no_new_privs` and SHARED_LIMITS."""
+    if _PRCTL(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
+    for res, value in SHARED_LIMITS:
+        resource.setrlimit(res, (value, value))
+
+
 def confine(uid: int | None, ruleset: int, keep_fds: list[int], limits: dict) -> None:
     """Confine this (freshly forked) process for good. `uid`: the identity to take (None: keep the jail's,
     dropping every capability). `keep_fds` become 0, 1, 2, 3, ... in order; every other descriptor is closed.
-    Raises OSError when a layer cannot be put in place (the caller reports it; nothing untrusted has run)."""
+    Inherited from the template (confine_template): `no_new_privs`, SHARED_LIMITS. Raises OSError when a layer
+    cannot be put in place (the caller reports it; nothing untrusted has run)."""
     _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: it dies with the template, whatever kills that
     if uid is not None:
         os.setgroups([])
@@ -179,21 +194,23 @@ def confine(uid: int | None, ruleset: int, keep_fds: list[int], limits: dict) ->
     else:
         _drop_capabilities()
     _PRCTL(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, no ptrace by the same user
-    if _PRCTL(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-        raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
     if ruleset >= 0:
         _check(_SYSCALL(_LL_RESTRICT, ruleset, 0), "landlock_restrict_self")
     # descriptors: keep_fds -> 0..n-1, the rest closed (the Landlock rule paths, the template's socket, ...)
-    moved = [os.dup(fd) for fd in keep_fds]
-    for k, fd in enumerate(moved):
-        os.dup2(fd, k)
-    os.closerange(len(moved), limits["max_fd_scan"])
-    for res, value in ((resource.RLIMIT_CPU, limits["cpu_s"]), (resource.RLIMIT_AS, limits["memory_bytes"]),
-                       (resource.RLIMIT_FSIZE, limits["output_bytes"]), (resource.RLIMIT_NOFILE, 256),
-                       (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, limits["nproc"]),
-                       (resource.RLIMIT_MSGQUEUE, 0), (resource.RLIMIT_MEMLOCK, 0)):
-        soft = value if res != resource.RLIMIT_CPU else value
-        resource.setrlimit(res, (soft, value + 1 if res == resource.RLIMIT_CPU else value))
+    n = len(keep_fds)
+    if min(keep_fds, default=n) >= n and len(set(keep_fds)) == n:  # the usual case: none is in another's way
+        for k, fd in enumerate(keep_fds):
+            os.dup2(fd, k)
+    else:
+        moved = [os.dup(fd) for fd in keep_fds]
+        for k, fd in enumerate(moved):
+            os.dup2(fd, k)
+    os.closerange(n, limits["max_fd_scan"])
+    resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"] + 1))
+    for res, value in ((resource.RLIMIT_AS, limits["memory_bytes"]), (resource.RLIMIT_FSIZE, limits["output_bytes"]),
+                       (resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_NPROC, limits["nproc"])):
+        resource.setrlimit(res, (value, value))  # descriptors: after the moves above (a stdin/stdout program's
+        # inputs are up to 200 descriptors, twice over while they move)
 
 
 def can_fork_bare() -> bool:
