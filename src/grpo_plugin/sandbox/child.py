@@ -383,10 +383,10 @@ def warm_up(scratch: str) -> list[str]:
     where each first run writes into code and caches on pages shared with the template (a copy-on-write fault per
     page, ~1 us each, and the specialising itself). Everything it changed in this process is put back. Returns the
     kinds of the replies ("ok", or "err" for the one request that asks for a missing name)."""
-    import socket
+    import _socket
 
     saved = (os.getcwd(), dict(os.environ))
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     kinds: list[str] = []
     warm_typing()
     try:

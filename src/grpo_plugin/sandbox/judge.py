@@ -20,7 +20,6 @@ cost too much to judge fails, and the job's other tests run in a fresh pair of p
 
 from __future__ import annotations
 
-import ast
 import builtins
 import collections
 import json
@@ -29,10 +28,11 @@ import re
 import sys
 
 try:
-    from . import child, codec
+    from . import child, codec, template
 except ImportError:  # in the fork server: top-level modules beside zygote.py
     import child
     import codec
+    import template
 
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
 AHEAD_MOST, AHEAD_BYTES = 256, 1 << 20  # calls sent ahead at once, and the size of their arguments
@@ -533,8 +533,12 @@ class Remote:
 _IMPORT_LINE = re.compile(r"^(?:from\s+[\w.]+\s+import\s+[^#\n]*|import\s+[^#\n]*)$", re.M)
 
 
+# program_imports, compile_test, call_of: run in the fork server once per distinct program or test, after the
+# templates are forked (`ast` is imported then: ~0.5 MB no forked process carries)
 def program_imports(source: str) -> dict[str, tuple[str, str | None]]:
     """Names the program binds by a top-level import: name -> (module, attribute or None)."""
+    import ast
+
     out: dict[str, tuple[str, str | None]] = {}
     for line in _IMPORT_LINE.findall(source):
         if "(" in line:
@@ -561,19 +565,20 @@ def program_imports(source: str) -> dict[str, tuple[str, str | None]]:
 def compile_test(src: str) -> tuple:
     """(code, the names the test reads only as `name.attribute`, its call (`call_of`)): done once per distinct
     test, in the server."""
+    import ast
+
     tree = ast.parse(src)
     modules, _ = _module_uses(tree)
     return compile(tree, "<test>", "exec", dont_inherit=True), sorted(modules), call_of(tree)
 
 
-_COMPARE_LITERAL = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
-
-
-def call_of(tree: ast.Module):
+def call_of(tree):
     """The one call a test makes when it is nothing but `assert NAME(literals) == literal` (or `!=`, `is`,
     `is not`; or `assert NAME(literals)`, `assert not NAME(literals)`; a message only when it is a literal):
     (NAME, args, kwargs) with the literals' values, else None. Such a test does nothing else to the program
     before or after that call, so the call can be sent ahead of the test (Program.send_ahead)."""
+    import ast
+
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
         return None
     node = tree.body[0]
@@ -583,7 +588,7 @@ def call_of(tree: ast.Module):
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test = test.operand
     elif isinstance(test, ast.Compare):
-        if len(test.ops) != 1 or not isinstance(test.ops[0], _COMPARE_LITERAL):
+        if len(test.ops) != 1 or not isinstance(test.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
             return None
         try:
             ast.literal_eval(test.comparators[0])
@@ -604,8 +609,10 @@ def call_of(tree: ast.Module):
     return test.func.id, args, kwargs
 
 
-def _module_uses(tree: ast.AST) -> tuple[set[str], set[str]]:
+def _module_uses(tree) -> tuple[set[str], set[str]]:
     """(names the test reads only as `name.attribute`, names it reads otherwise)."""
+    import ast
+
     as_module, other = set(), set()
     attr_bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for n in ast.walk(tree):
@@ -819,15 +826,15 @@ def serve(ctrl, verdict_fd: int, limits: dict) -> None:
     """A judge's life: jobs one after the other from the fork server (`ctrl`, a socket: each job a length-prefixed
     marshal with the job's end of its program's socket attached), until the server closes it or replaces this
     judge (after a job over-ran its time, this process is killed with it)."""
+    import _socket
     import marshal
-    import socket
 
     while True:
-        head, fds, _, _ = socket.recv_fds(ctrl, 4, 4)
+        head, fds = template.recv_fds(ctrl, 4, 4)
         if len(head) < 4:
             os._exit(0)
         n = int.from_bytes(head, "little")
-        payload = ctrl.recv(n, socket.MSG_WAITALL) if n else b""
+        payload = ctrl.recv(n, _socket.MSG_WAITALL) if n else b""
         if len(payload) < n or len(fds) != 1:
             os._exit(0)
         job_text, start, end, tests, imports = marshal.loads(payload)

@@ -6,6 +6,7 @@ bookkeeping. Standard library only."""
 
 from __future__ import annotations
 
+import _socket  # the C half of `socket`: the Python half (its enums, `selectors`) is ~0.25 MB every fork copies
 import collections
 import os
 import select
@@ -59,14 +60,30 @@ def _collect(pid: int, pidfd: int) -> bytes:
     return _ANSWER.pack(b"X", pid, status)
 
 
+def socketpair():
+    """A connected pair of Unix stream sockets (`_socket.socket` objects)."""
+    return _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+
+
 def send_message(sock, data: bytes, fds=()) -> None:
     """`data` (with `fds` attached) on a stream socket: one sendmsg in the usual case, the rest of a long message
     as the socket takes it."""
-    import socket
-
-    sent = socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
+    if fds:
+        sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+    else:
+        sent = sock.send(data)
     if sent < len(data):
         sock.sendall(memoryview(data)[sent:])
+
+
+def recv_fds(sock, size: int, most: int) -> tuple[bytes, list[int]]:
+    """Up to `size` bytes from a stream socket, and the descriptors (up to `most`) sent with them."""
+    data, ancillary, _, _ = sock.recvmsg(size, _socket.CMSG_SPACE(most * 4))
+    fds: list[int] = []
+    for level, kind, raw in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += struct.unpack(f"{len(raw) // 4}i", raw[:len(raw) - len(raw) % 4])
+    return data, fds
 
 
 class TemplateGone(Exception):
@@ -82,10 +99,7 @@ class Template:
         before it forks anything (every child inherits it). `core`: the one core this template and every child it
         forks run on (None: any); `others`: the server's sockets to other templates (closed in this one). Spawn
         requests are answered in order."""
-        import socket
-
-        self.socket = socket
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours, theirs = socketpair()
         server = os.getpid()
         pid = os.fork()
         if pid == 0:
@@ -124,7 +138,7 @@ class Template:
 
     def answers(self) -> list[tuple[bytes, int, int]]:
         try:
-            data = self.sock.recv(1 << 16, self.socket.MSG_DONTWAIT)
+            data = self.sock.recv(1 << 16, _socket.MSG_DONTWAIT)
         except BlockingIOError:
             return []
         if not data:
@@ -165,11 +179,10 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
     os.dup2(null, 1)
     os.close(null)
     import gc
-    import socket
 
     gc.disable()
     pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-    recv_fds, recv, send, close, waitall = socket.recv_fds, sock.recv, sock.send, os.close, socket.MSG_WAITALL
+    recv, send, close, waitall = sock.recv, sock.send, os.close, _socket.MSG_WAITALL
     fork, bare = confine.fork_in_new_pid_namespace, confine.can_fork_bare()
     head_size, unpack, pack = _HEAD.size, _HEAD.unpack, _ANSWER.pack
     rulesets: dict[int, int] = {}  # scratch slot -> its Landlock ruleset (-1: none could be built)
@@ -186,7 +199,7 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
                     send(_collect(dying.pop(fd), fd))
             if sock not in ready:
                 continue
-        head, fds, _, _ = recv_fds(sock, head_size, 256)
+        head, fds = recv_fds(sock, head_size, 256)
         if len(head) < head_size:
             head += recv(head_size - len(head), waitall) if head else b""
             if len(head) < head_size:  # the server is gone

@@ -22,13 +22,13 @@ Everything a process writes is parsed as untrusted; one job's failure costs no o
 
 from __future__ import annotations
 
+import _socket
 import gc
 import json
 import marshal
 import os
 import select
 import signal
-import socket
 import sys
 import time
 import warnings
@@ -47,7 +47,7 @@ except ImportError:  # the fork server: zygote.py imported as a top-level module
 # `random`, and `tempfile` / `statistics`, which import it: ~0.45 ms of each process's CPU); a program that imports
 # one pays its import (~1 ms) instead.
 PRELOAD = ("math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string", "typing", "json",
-           "fractions", "decimal", "operator", "copy", "enum", "datetime", "unicodedata", "array", "io", "ast",
+           "fractions", "decimal", "operator", "copy", "enum", "datetime", "unicodedata", "array", "io",
            "struct", "_sitebuiltins", "ctypes")
 OUT_READ_CAP = 1024  # diagnostics kept per job (stderr)
 OTHERS_MOST = 4  # programs beside one on its core whose turns count towards its time limit (host.default_workers)
@@ -200,7 +200,7 @@ class Zygote:
                 confine.confine(confine.JUDGE_UID if self.uids else None, ruleset, fds, limits)
                 report = 1
                 os.chdir("/")
-                judge.serve(socket.socket(fileno=3), 1, limits)
+                judge.serve(_socket.socket(fileno=3), 1, limits)
             else:
                 mode, start, end, nonce, scratch, cpu, program = rest
                 limits["cpu_s"] = cpu
@@ -277,7 +277,7 @@ class Zygote:
             return j
         if j is not None:  # recycled now and then (its memory, and its CPU time)
             self.retire(j)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours, theirs = template.socketpair()
         v_r, v_w = os.pipe()
         try:
             # 0 /dev/null, 1 verdicts, 2 /dev/null, 3 jobs (with their program's socket attached)
@@ -377,7 +377,7 @@ class Zygote:
                 forker.spawn(payload, fds, slot)
                 forker.starting.append((run, "program"))
             else:
-                rpc_c, rpc_j = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                rpc_c, rpc_j = template.socketpair()
                 theirs += [rpc_c.detach(), rpc_j.detach()]
                 rc, rj = theirs[-2], theirs[-1]
                 # the program: 0 /dev/null, 1-2 diagnostics, 3 its end of the socket, 4 setup status
