@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import collections
 import datetime
-import decimal
-import fractions
 import json
 import math
+import sys
 
 MAX_DEPTH = 200
 _MUTABLE_TAGS = frozenset({"L", "D", "S", "Y", "dq", "Ct", "OD", "DD"})  # numbered in the order they are met
@@ -98,9 +97,10 @@ class Encoder:
         if t is range:
             return ["R", self._t(x.start, memo, keep, d), self._t(x.stop, memo, keep, d),
                     self._t(x.step, memo, keep, d)]
-        if t is fractions.Fraction:
+        # fractions and decimal are not loaded until a program imports them (zygote.PRELOAD): the names first
+        if t.__name__ == "Fraction" and t is getattr(sys.modules.get("fractions"), "Fraction", None):
             return ["Fr", self._t(x.numerator, memo, keep, d), self._t(x.denominator, memo, keep, d)]
-        if t is decimal.Decimal:
+        if t.__name__ == "Decimal" and t is getattr(sys.modules.get("decimal"), "Decimal", None):
             return ["De", str(x)]
         if t is datetime.datetime or t is datetime.date or t is datetime.time:
             tz = x.utcoffset() if t is not datetime.date else None
@@ -182,8 +182,8 @@ class Decoder:
     def value(self, tree):
         try:
             return self._v(tree, [], 0)
-        except (TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError,
-                decimal.InvalidOperation, ZeroDivisionError) as exc:
+        except (TypeError, KeyError, IndexError, AttributeError, RecursionError,
+                ArithmeticError) as exc:  # decimal.InvalidOperation, ZeroDivisionError, OverflowError
             raise ValueError(f"an invalid value from the program's process ({type(exc).__name__})") from None
 
     def _v(self, x, made: list, depth: int):  # noqa: C901
@@ -247,9 +247,13 @@ class Decoder:
         if tag == "R":
             return range(*(self._int(self._v(e, made, d)) for e in rest))
         if tag == "Fr":
-            return fractions.Fraction(self._int(self._v(rest[0], made, d)), self._int(self._v(rest[1], made, d)))
+            from fractions import Fraction
+
+            return Fraction(self._int(self._v(rest[0], made, d)), self._int(self._v(rest[1], made, d)))
         if tag == "De":
-            return decimal.Decimal(str(rest[0]))
+            from decimal import Decimal
+
+            return Decimal(str(rest[0]))
         if tag in ("dt", "ti"):
             cls = datetime.datetime if tag == "dt" else datetime.time
             v = cls.fromisoformat(rest[0])

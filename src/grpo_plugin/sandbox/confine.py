@@ -24,11 +24,11 @@ import signal
 import stat
 import struct
 
-# bound at the fork server's start (libc through ctypes, resolved once); the same in every forked process
+# bound at the fork server's start (libc.py, resolved once); the same in every forked process
 _SYSCALL = None
 _PRCTL = None
-_BUFFER = None  # ctypes.create_string_buffer
-_ADDRESS = None  # ctypes.addressof
+_BUFFER = None  # libc.buffer
+_ADDRESS = None  # libc.addressof
 _FORK = None  # libc's fork(), the GIL held across it (fork_in_new_pid_namespace(bare=True))
 
 # the standard library's modules that register work for a forked child (os.register_at_fork): a process that has
@@ -48,22 +48,22 @@ PROGRAM_UID, JUDGE_UID = 65534, 65533
 
 
 def bind_libc() -> None:
-    """In the fork server, once: libc's syscall and prctl through ctypes (every forked process inherits them)."""
+    """In the fork server, once: libc's syscall, prctl and fork (every forked process inherits them)."""
     global _SYSCALL, _PRCTL, _BUFFER, _ADDRESS, _FORK
-    import ctypes
+    try:
+        from . import libc
+    except ImportError:  # in the fork server: a top-level module beside zygote.py
+        import libc
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    _SYSCALL, _PRCTL = libc.syscall, libc.prctl
-    _SYSCALL.restype = ctypes.c_long
-    _FORK = ctypes.PyDLL(None, use_errno=True).fork  # PyDLL: the GIL is not released around the call
-    _FORK.restype, _FORK.argtypes = ctypes.c_int, []
-    _BUFFER, _ADDRESS = ctypes.create_string_buffer, ctypes.addressof
+    _SYSCALL, _PRCTL = libc.function("syscall", libc.c_long), libc.function("prctl")
+    _FORK = libc.function("fork", libc.c_int, [], keep_gil=True)
+    _BUFFER, _ADDRESS = libc.buffer, libc.addressof
 
 
 def _errno() -> int:
-    import ctypes
+    import _ctypes
 
-    return ctypes.get_errno()
+    return _ctypes.get_errno()
 
 
 def _check(rc: int, what: str) -> int:

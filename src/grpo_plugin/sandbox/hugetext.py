@@ -14,7 +14,10 @@ code that runs the replacement, which is safe because the bytes are the same and
 
 from __future__ import annotations
 
-import ctypes
+try:
+    from . import libc as _c
+except ImportError:  # in the fork server: a top-level module beside zygote.py
+    import libc as _c
 
 HUGE = 2 << 20
 _PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
@@ -23,16 +26,15 @@ _MADV_HUGEPAGE, _MADV_COLLAPSE = 14, 25
 _MREMAP_MAYMOVE_FIXED = 1 | 2
 
 
-def _libc():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.mremap.restype = ctypes.c_void_p
-    libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-    for name in ("madvise", "mprotect"):
-        getattr(libc, name).argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    return libc
+class _Libc:
+    def __init__(self):
+        ptr, size, i = _c.c_void_p, _c.c_size_t, _c.c_int
+        self.mmap = _c.function("mmap", ptr, [ptr, size, i, i, i, _c.c_long])
+        self.mremap = _c.function("mremap", ptr, [ptr, size, size, i, ptr])
+        self.madvise = _c.function("madvise", i, [ptr, size, i])
+        self.mprotect = _c.function("mprotect", i, [ptr, size, i])
+        self.munmap = _c.function("munmap", i, [ptr, size])
+        self.memmove = _c.function("memmove", ptr, [ptr, ptr, size])
 
 
 def read_only_span(address: int, maps_text: str) -> tuple[int, int] | None:
@@ -75,22 +77,22 @@ def _all_huge(lo: int, size: int) -> bool:
 
 def remap_interpreter() -> int:
     """Put the interpreter's read-only span on huge pages; the bytes moved (0: left as it was)."""
-    pyfunc = ctypes.cast(ctypes.pythonapi.Py_IncRef, ctypes.c_void_p).value
+    pyfunc = _c.address("Py_IncRef")
     with open("/proc/self/maps") as f:
         span = read_only_span(pyfunc, f.read())
     if span is None:
         return 0
     lo, hi = span
     size = hi - lo
-    libc = _libc()
+    libc = _Libc()
     raw = libc.mmap(None, size + HUGE, _PROT_READ | _PROT_WRITE, _MAP_PRIVATE_ANON, -1, 0)
-    if raw is None or raw == ctypes.c_void_p(-1).value:
+    if raw is None or raw == _c.c_void_p(-1).value:
         return 0
     new = -(-raw // HUGE) * HUGE
     keep = False
     try:
         libc.madvise(new, size, _MADV_HUGEPAGE)
-        ctypes.memmove(new, lo, size)
+        libc.memmove(new, lo, size)
         if not _all_huge(new, size):
             libc.madvise(new, size, _MADV_COLLAPSE)  # Linux >= 6.1; fails harmlessly before
             if not _all_huge(new, size):

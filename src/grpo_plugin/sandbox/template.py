@@ -22,7 +22,7 @@ except ImportError:  # in the fork server: a top-level module beside zygote.py
 # server -> template: (kind, size of what follows or pid, scratch slot); template -> server: (kind, pid or -errno,
 # wait status)
 _HEAD, _ANSWER = struct.Struct("=cQq"), struct.Struct("=cqq")
-_REFCNT = [None]  # ctypes.c_ssize_t.from_address, bound at start, dropped once the template is forked
+_REFCNT = [None]  # libc.c_long.from_address (ssize_t), bound at start, dropped once the template is forked
 
 
 def _immortalize() -> int:

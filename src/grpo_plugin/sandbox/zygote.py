@@ -34,21 +34,23 @@ import time
 import warnings
 
 try:
-    from . import child, confine, hugetext, judge, template
+    from . import child, confine, hugetext, judge, libc, template
 except ImportError:  # the fork server: zygote.py imported as a top-level module, its siblings beside it
     import child
     import confine
     import hugetext
     import judge
+    import libc
     import template
 
 # loaded once here, shared by every process the template forks (a program that imports one pays nothing). Not
 # preloaded: modules that register an at-fork handler, which would then run in EVERY forked process (`threading`,
 # `random`, and `tempfile` / `statistics`, which import it: ~0.45 ms of each process's CPU); a program that imports
-# one pays its import (~1 ms) instead.
+# one pays its import (~1 ms) instead. Nor large modules programs rarely use: `ast`, `fractions`, `decimal`, and
+# `ctypes` and `socket`, whose C halves the sandbox uses itself. Every fork copies the page tables of what the
+# template holds and every exit unmaps them (1 MB more of it: +1.5-2% CPU per program).
 PRELOAD = ("math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string", "typing", "json",
-           "fractions", "decimal", "operator", "copy", "enum", "datetime", "unicodedata", "array", "io",
-           "struct", "_sitebuiltins", "ctypes")
+           "operator", "copy", "enum", "datetime", "unicodedata", "array", "io", "struct", "_sitebuiltins")
 OUT_READ_CAP = 1024  # diagnostics kept per job (stderr)
 OTHERS_MOST = 4  # programs beside one on its core whose turns count towards its time limit (host.default_workers)
 
@@ -827,7 +829,7 @@ def _remove_tree(root: str, keep_root: bool = False) -> None:
 def main() -> None:
     config = json.loads(sys.argv[1])
     confine.bind_libc()
-    template._REFCNT[0] = __import__("ctypes").c_ssize_t.from_address
+    template._REFCNT[0] = libc.c_long.from_address  # ssize_t
     abi = confine.landlock_abi()
     if config.get("require_landlock", True) and abi == 0:
         sys.stdout.write(json.dumps({"missing": "landlock",
