@@ -456,6 +456,19 @@ def test_no_module_with_an_at_fork_handler_is_loaded_in_the_fork_server(sandbox)
     assert res.passed == [True, True], res
 
 
+def test_large_modules_programs_rarely_use_are_not_loaded_in_the_fork_server_and_import_as_usual(sandbox):
+    """Every fork copies the page tables of what the template holds: `ast`, `ctypes`, `socket`, `fractions`,
+    `decimal` are not loaded there (the sandbox uses the C halves of ctypes and socket); a program imports them."""
+    names = ("ast", "ctypes", "socket", "selectors", "fractions", "decimal")
+    code = (f"import sys\nloaded = [m for m in {names!r} if m in sys.modules]\n"
+            "import ast, ctypes, socket, fractions, decimal\n"
+            "def f():\n    return fractions.Fraction(1, 3) + 1, decimal.Decimal('0.1'), ctypes.sizeof(ctypes.c_int)\n")
+    tests = ["assert loaded == []", "from fractions import Fraction\nfrom decimal import Decimal\n"
+             "assert f() == (Fraction(4, 3), Decimal('0.1'), 4)"]
+    res = sandbox.run([(code, tests)])[0]
+    assert res.passed == [True, True], res
+
+
 def test_every_program_gets_its_limits_whether_its_own_or_inherited_from_the_template(sandbox):
     """Per process: CPU, address space, file size, descriptors, processes; from the template (confine_template):
     no core dumps, no message queues, no locked memory, no_new_privs. Seen from the program, and the same for the
