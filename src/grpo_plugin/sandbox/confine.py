@@ -18,9 +18,9 @@ can be undone by code running afterwards, native code included):
 
 from __future__ import annotations
 
+import _signal as signal  # the C half: the Python half builds enums every fork would carry
 import os
 import resource
-import signal
 import stat
 import struct
 

@@ -6,11 +6,11 @@ bookkeeping. Standard library only."""
 
 from __future__ import annotations
 
+import _signal as signal  # the C half: the Python half builds enums every fork would carry
 import _socket  # the C half of `socket`: the Python half (its enums, `selectors`) is ~0.25 MB every fork copies
 import collections
 import os
 import select
-import signal
 import struct
 import sys
 
