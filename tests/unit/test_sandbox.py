@@ -458,8 +458,9 @@ def test_no_module_with_an_at_fork_handler_is_loaded_in_the_fork_server(sandbox)
 
 def test_large_modules_programs_rarely_use_are_not_loaded_in_the_fork_server_and_import_as_usual(sandbox):
     """Every fork copies the page tables of what the template holds: `ast`, `ctypes`, `socket`, `fractions`,
-    `decimal` are not loaded there (the sandbox uses the C halves of ctypes and socket); a program imports them."""
-    names = ("ast", "ctypes", "socket", "selectors", "fractions", "decimal")
+    `decimal` are not loaded there (the sandbox uses the C halves of ctypes and socket), nor the judges' code; a
+    program imports them."""
+    names = ("ast", "ctypes", "socket", "selectors", "fractions", "decimal", "judge")  # judge.py: the judges' own
     code = (f"import sys\nloaded = [m for m in {names!r} if m in sys.modules]\n"
             "import ast, ctypes, socket, fractions, decimal\n"
             "def f():\n    return fractions.Fraction(1, 3) + 1, decimal.Decimal('0.1'), ctypes.sizeof(ctypes.c_int)\n")

@@ -34,14 +34,32 @@ import time
 import warnings
 
 try:
-    from . import child, confine, hugetext, judge, libc, template
+    from . import child, confine, hugetext, libc, template
 except ImportError:  # the fork server: zygote.py imported as a top-level module, its siblings beside it
     import child
     import confine
     import hugetext
-    import judge
     import libc
     import template
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _judge():
+    """judge.py, imported where it is first needed: in the server once the templates are forked (it plans the
+    tests), in a judge process before it is confined (it runs them); never in a template, so that no program's
+    process carries it (~0.25 MB whose page tables every fork would copy)."""
+    if __package__:
+        from . import judge
+        return judge
+    mod = sys.modules.get("judge")
+    if mod is None:
+        sys.path.insert(0, _HERE)
+        try:
+            import judge as mod
+        finally:
+            sys.path.remove(_HERE)
+    return mod
 
 # loaded once here, shared by every process the template forks (a program that imports one pays nothing). Not
 # preloaded: modules that register an at-fork handler, which would then run in EVERY forked process (`threading`,
@@ -202,6 +220,7 @@ class Zygote:
                 report = fds[1]
                 if ruleset == -2:
                     raise OSError("no Landlock ruleset could be built")
+                judge = _judge()  # read while this process can still read the sandbox's directory
                 confine.confine(confine.JUDGE_UID if self.uids else None, ruleset, fds, limits)
                 report = 1
                 os.chdir("/")
@@ -260,7 +279,7 @@ class Zygote:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    hit = judge.compile_test(src)
+                    hit = _judge().compile_test(src)
             except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
                 hit = None
             self.tests[src] = hit
@@ -271,7 +290,7 @@ class Zygote:
         if hit is None:
             if len(self.program_imports) > 4096:
                 self.program_imports.clear()
-            hit = self.program_imports[source] = judge.program_imports(source)
+            hit = self.program_imports[source] = _judge().program_imports(source)
         return hit
 
     def judge_for(self, slot: int) -> dict:
