@@ -218,8 +218,11 @@ def can_fork_bare() -> bool:
     thread, and nothing loaded that registers work for the child (AT_FORK_MODULES)."""
     import sys
 
-    return (_FORK is not None and not any(m in sys.modules for m in AT_FORK_MODULES)
-            and len(os.listdir("/proc/self/task")) == 1)
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc to tell: os.fork, which needs none of this
+        return False
+    return _FORK is not None and threads == 1 and not any(m in sys.modules for m in AT_FORK_MODULES)
 
 
 def fork_in_new_pid_namespace(pidns_fd: int, bare: bool = False) -> int:
