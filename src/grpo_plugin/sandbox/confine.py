@@ -24,12 +24,14 @@ import resource
 import stat
 import struct
 
-# bound at the fork server's start (libc.py, resolved once); the same in every forked process
-_SYSCALL = None
-_PRCTL = None
-_BUFFER = None  # libc.buffer
-_ADDRESS = None  # libc.addressof
-_FORK = None  # libc's fork(), the GIL held across it (fork_in_new_pid_namespace(bare=True))
+try:
+    from . import libc
+except ImportError:  # in the fork server: a top-level module beside zygote.py
+    import libc
+
+# resolved once, in the fork server; the same in every forked process
+_SYSCALL, _PRCTL = libc.function("syscall", libc.c_long), libc.function("prctl")
+_FORK = libc.function("fork", libc.c_int, [], keep_gil=True)  # the GIL held across it (bare=True below)
 
 # the standard library's modules that register work for a forked child (os.register_at_fork): a process that has
 # one of them loaded forks with os.fork, which runs that work
@@ -47,28 +49,9 @@ _ABI_FS_BITS = {1: 13, 2: 14, 3: 15, 4: 15, 5: 16}  # rights each ABI version kn
 PROGRAM_UID, JUDGE_UID = 65534, 65533
 
 
-def bind_libc() -> None:
-    """In the fork server, once: libc's syscall, prctl and fork (every forked process inherits them)."""
-    global _SYSCALL, _PRCTL, _BUFFER, _ADDRESS, _FORK
-    try:
-        from . import libc
-    except ImportError:  # in the fork server: a top-level module beside zygote.py
-        import libc
-
-    _SYSCALL, _PRCTL = libc.function("syscall", libc.c_long), libc.function("prctl")
-    _FORK = libc.function("fork", libc.c_int, [], keep_gil=True)
-    _BUFFER, _ADDRESS = libc.buffer, libc.addressof
-
-
-def _errno() -> int:
-    import _ctypes
-
-    return _ctypes.get_errno()
-
-
 def _check(rc: int, what: str) -> int:
     if rc < 0:
-        e = _errno()
+        e = libc.get_errno()
         raise OSError(e, f"{what}: {os.strerror(e)}")
     return rc
 
@@ -89,8 +72,6 @@ def setns(fd: int, nstype: int) -> None:
 
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, 0 when it has none (or it is disabled)."""
-    if _SYSCALL is None:
-        return 0
     return max(0, int(_SYSCALL(_LL_CREATE, None, 0, 1)))  # LANDLOCK_CREATE_RULESET_VERSION
 
 
@@ -103,7 +84,7 @@ class Landlock:
     def __init__(self, abi: int, readable: tuple[str, ...]):
         self.abi = abi
         fs_all = sum(v for v in _FS.values() if v < (1 << _ABI_FS_BITS.get(abi, 16)))
-        self.attr = _BUFFER(struct.pack("=QQQ", fs_all, 0b11 if abi >= 4 else 0, 0b11 if abi >= 6 else 0))
+        self.attr = libc.buffer(struct.pack("=QQQ", fs_all, 0b11 if abi >= 4 else 0, 0b11 if abi >= 6 else 0))
         self.size = 24 if abi >= 6 else 16 if abi >= 4 else 8
         file_rights = _FS["read_file"] | _FS["write_file"] | (_FS["truncate"] if abi >= 3 else 0)
         self.scratch_rights = file_rights | _FS["read_dir"] | _FS["remove_dir"] | _FS["remove_file"] \
@@ -122,7 +103,7 @@ class Landlock:
             return None
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             rights &= _FS["read_file"] | _FS["write_file"] | _FS["truncate"]
-        return _BUFFER(struct.pack("=Qi", rights, fd))
+        return libc.buffer(struct.pack("=Qi", rights, fd))
 
     def ruleset(self, writable: str | None) -> int:
         """A ruleset descriptor: these rules, and `writable` (a scratch directory) when given."""
@@ -131,7 +112,7 @@ class Landlock:
             rules = list(self.static)
             if writable is not None:
                 sfd = os.open(writable, os.O_PATH | os.O_CLOEXEC)
-                rules.append(_BUFFER(struct.pack("=Qi", self.scratch_rights, sfd)))
+                rules.append(libc.buffer(struct.pack("=Qi", self.scratch_rights, sfd)))
             else:
                 sfd = -1
             try:
@@ -153,8 +134,8 @@ class Seccomp:
     def __init__(self, bpf: bytes):
         if len(bpf) % 8 or not bpf:
             raise ValueError("a seccomp program is a whole number of 8-byte instructions")
-        self.prog = _BUFFER(bpf, len(bpf))
-        self.fprog = _BUFFER(struct.pack("=HxxxxxxQ", len(bpf) // 8, _ADDRESS(self.prog)))
+        self.prog = libc.buffer(bpf, len(bpf))
+        self.fprog = libc.buffer(struct.pack("=HxxxxxxQ", len(bpf) // 8, libc.addressof(self.prog)))
 
     def load(self) -> None:
         _check(_SYSCALL(NR["seccomp"], 1, 0, self.fprog), "seccomp(SECCOMP_SET_MODE_FILTER)")
@@ -162,8 +143,8 @@ class Seccomp:
 
 def _drop_capabilities() -> None:
     """capset(2) to nothing: a process whose identity cannot change (the jail maps one user) keeps no capability."""
-    header = _BUFFER(struct.pack("=Ii", 0x20080522, 0))  # _LINUX_CAPABILITY_VERSION_3, this process
-    data = _BUFFER(bytes(24))  # effective, permitted, inheritable x 2: all zero
+    header = libc.buffer(struct.pack("=Ii", 0x20080522, 0))  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = libc.buffer(bytes(24))  # effective, permitted, inheritable x 2: all zero
     _check(_SYSCALL(NR["capset"], header, data), "capset")
 
 
@@ -198,19 +179,16 @@ def confine(uid: int | None, ruleset: int, keep_fds: list[int], limits: dict) ->
         _check(_SYSCALL(_LL_RESTRICT, ruleset, 0), "landlock_restrict_self")
     # descriptors: keep_fds -> 0..n-1, the rest closed (the Landlock rule paths, the template's socket, ...)
     n = len(keep_fds)
-    if min(keep_fds, default=n) >= n and len(set(keep_fds)) == n:  # the usual case: none is in another's way
-        for k, fd in enumerate(keep_fds):
-            os.dup2(fd, k)
-    else:
-        moved = [os.dup(fd) for fd in keep_fds]
-        for k, fd in enumerate(moved):
-            os.dup2(fd, k)
+    clear = min(keep_fds, default=n) >= n and len(set(keep_fds)) == n  # the usual case: none in another's way
+    for k, fd in enumerate(keep_fds if clear else [os.dup(fd) for fd in keep_fds]):
+        os.dup2(fd, k)
     os.closerange(n, limits["max_fd_scan"])
+    # RLIMIT_NOFILE after the moves above: a stdin/stdout program's inputs are up to 200 descriptors, twice over
+    # while they move
     resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"] + 1))
     for res, value in ((resource.RLIMIT_AS, limits["memory_bytes"]), (resource.RLIMIT_FSIZE, limits["output_bytes"]),
                        (resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_NPROC, limits["nproc"])):
-        resource.setrlimit(res, (value, value))  # descriptors: after the moves above (a stdin/stdout program's
-        # inputs are up to 200 descriptors, twice over while they move)
+        resource.setrlimit(res, (value, value))
 
 
 def can_fork_bare() -> bool:
@@ -222,7 +200,7 @@ def can_fork_bare() -> bool:
         threads = len(os.listdir("/proc/self/task"))
     except OSError:  # no /proc to tell: os.fork, which needs none of this
         return False
-    return _FORK is not None and threads == 1 and not any(m in sys.modules for m in AT_FORK_MODULES)
+    return threads == 1 and not any(m in sys.modules for m in AT_FORK_MODULES)
 
 
 def fork_in_new_pid_namespace(pidns_fd: int, bare: bool = False) -> int:
@@ -240,7 +218,7 @@ def fork_in_new_pid_namespace(pidns_fd: int, bare: bool = False) -> int:
         if bare:
             pid = _FORK()
             if pid < 0:
-                raise OSError(_errno(), "fork failed")
+                raise OSError(libc.get_errno(), "fork failed")
         else:
             pid = os.fork()
         return pid

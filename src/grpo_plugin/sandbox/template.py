@@ -15,14 +15,14 @@ import struct
 import sys
 
 try:
-    from . import confine
-except ImportError:  # in the fork server: a top-level module beside zygote.py
+    from . import confine, libc
+except ImportError:  # in the fork server: top-level modules beside zygote.py
     import confine
+    import libc
 
 # server -> template: (kind, size of what follows or pid, scratch slot); template -> server: (kind, pid or -errno,
 # wait status)
 _HEAD, _ANSWER = struct.Struct("=cQq"), struct.Struct("=cqq")
-_REFCNT = [None]  # libc.c_long.from_address (ssize_t), bound at start, dropped once the template is forked
 
 
 def _immortalize() -> int:
@@ -30,12 +30,12 @@ def _immortalize() -> int:
     written), just before the template is forked: a child that uses a module, a function or a constant then writes
     nothing to the page it lies on (each write to a page shared with the template costs a copy-on-write fault).
     These objects live as long as the template anyway. Returns how many (0 on Python 3.11)."""
-    set_refcnt, _REFCNT[0] = _REFCNT[0], None
-    if sys.version_info < (3, 12) or set_refcnt is None or sys.maxsize < 2 ** 32:
+    if sys.version_info < (3, 12) or sys.maxsize < 2 ** 32:
         return 0
     import gc
 
     immortal = 0xFFFFFFFF  # _Py_IMMORTAL_REFCNT on a 64-bit build
+    set_refcnt = libc.c_long.from_address  # the reference count: a Py_ssize_t at the object's address
     getrefcount, get_referents, made = sys.getrefcount, gc.get_referents, 0
     stack = gc.get_objects()
     stack.extend(sys.modules.values())
