@@ -28,19 +28,22 @@ def test_buffers_hold_their_bytes_and_addresses_take_64_bit_arguments():
     assert libc.address("Py_IncRef") > 0  # the interpreter's own symbols resolve too
 
 
+def _fresh(code: str) -> str:
+    """stdout of `code` in a fresh single-threaded interpreter with libc.py importable (a pytest-xdist worker runs
+    threads: a bare fork there may leave the child waiting for a thread it does not have, can_fork_bare)."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); " + code,
+                           os.path.dirname(libc.__file__)], capture_output=True, text=True, check=True,
+                          timeout=60).stdout.strip()
+
+
 def test_fork_holding_the_interpreter_lock():
-    fork = libc.function("fork", libc.c_int, [], keep_gil=True)
-    pid = fork()
-    if pid == 0:
-        os._exit(7)
-    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
+    code = ("import os, libc\npid = libc.function('fork', libc.c_int, [], keep_gil=True)()\n"
+            "if pid == 0:\n    os._exit(7)\n"
+            "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))")
+    assert _fresh(code) == "7"
 
 
 def test_it_does_not_load_the_ctypes_package():
-    import subprocess
-
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import libc; "
-            "libc.function('getpid')(); print('ctypes' in sys.modules)")
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, os.path.dirname(libc.__file__)],
-                         capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
+    assert _fresh("import libc; libc.function('getpid')(); print('ctypes' in sys.modules)") == "False"
