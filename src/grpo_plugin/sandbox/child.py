@@ -185,7 +185,10 @@ class Service:
         except BaseException:  # noqa: BLE001
             args, plain = ["L"], False
         more = plain and type(exc).__module__ == "builtins"
-        self.reply("err", [self.describe(type(exc)), msg, args], *((more,) if ahead else ()))
+        payload = [self.describe(type(exc)), msg, args]
+        if type(exc).__module__ != "builtins":  # kept here: the judge asks it for its fields, its str, ...
+            payload.append(self.handle(exc))
+        self.reply("err", payload, *((more,) if ahead else ()))
         return more
 
     def calls(self, calls: list) -> None:

@@ -3,7 +3,7 @@
 A value is plain JSON with tagged lists for everything JSON lacks: `["L", ...]` a list, `["T", ...]` a tuple,
 `["D", k, v, ...]` a dict, the stdlib value types code returns (`Fraction`, `Decimal`, `datetime`, `date`, `time`,
 `timedelta`, `deque`, `Counter`, `OrderedDict`, `defaultdict`, namedtuples, `frozenset`, `complex`, `bytes`,
-`bytearray`, `range`, big ints), `["@", k]` the k-th container already sent (aliasing and cycles survive the trip),
+`bytearray`, `range`, big ints, dict views, the builtin types by name), `["@", k]` the k-th container already sent (aliasing and cycles survive the trip),
 and `["O", handle, class]` an object the program's process keeps (an instance of the program's own class, a
 function, a generator): the judge gets a stand-in that forwards what it is asked to the program's process.
 
@@ -113,10 +113,15 @@ class Encoder:
             memo[id(x)] = len(memo)
             keep.append(x)
             return ["dq", x.maxlen, *[self._t(e, memo, keep, d) for e in x]]
+        if t in _VIEW_TAGS:  # d.keys(), d.values(), d.items(): their elements (rebuilt as a view of a fresh dict)
+            tag = _VIEW_TAGS[t]
+            items = [e for kv in x for e in kv] if tag == "di" else list(x)
+            return [tag, *[self._t(e, memo, keep, d) for e in items]]
         if _is_namedtuple(t):
             return ["NT", self.describe(t), *[self._t(e, memo, keep, d) for e in x]]
         if isinstance(x, type):
-            return ["K", self.describe(x)]
+            name = _BUILTIN_TYPE_NAMES.get(x)
+            return ["bt", name] if name is not None else ["K", self.describe(x)]
         for base in _PLAIN_BASES:  # a subclass of a plain type (an int with a name, a dict with helpers): its value
             if isinstance(x, base):
                 return self._t(base(x), memo, keep, depth)
@@ -126,6 +131,12 @@ class Encoder:
 
 
 _PLAIN_BASES = (int, float, str, bytes, tuple, list, dict, set, frozenset)
+_VIEW_TAGS = {type({}.keys()): "dk", type({}.values()): "dv", type({}.items()): "di"}
+# the builtin types a value may name (`key=int`, `isinstance(x, str)` arguments, a function returning `float`): a
+# closed table, looked up by name on either side; any other class is the program's and stays a stand-in
+BUILTIN_TYPES = {t.__name__: t for t in (int, float, complex, str, bytes, bytearray, bool, list, tuple, dict, set,
+                                          frozenset, range, slice, object, type, memoryview)}
+_BUILTIN_TYPE_NAMES = {t: name for name, t in BUILTIN_TYPES.items()}
 _TEXTUAL, _NUMBERS = frozenset({str, bool, type(None)}), frozenset({int, float, bool})
 
 
@@ -265,9 +276,22 @@ class Decoder:
             return datetime.timedelta(days=rest[0], seconds=rest[1], microseconds=rest[2])
         if tag == "NT":
             cls = self.klass(rest[0])
+            if not (isinstance(cls, type) and _is_namedtuple(cls)):  # nothing but a namedtuple is built here
+                raise ValueError("a namedtuple whose class is not one")
             return cls(*(self._v(e, made, d) for e in rest[1:]))
         if tag == "K":
             return self.klass(rest[0])
+        if tag == "bt":
+            return BUILTIN_TYPES[rest[0]]
+        if tag == "dk":
+            return dict.fromkeys(self._v(e, made, d) for e in rest).keys()
+        if tag == "dv":
+            return dict(enumerate(self._v(e, made, d) for e in rest)).values()
+        if tag == "di":
+            if len(rest) % 2:
+                raise ValueError("dict items with a key and no value")
+            vals = [self._v(e, made, d) for e in rest]
+            return dict(zip(vals[::2], vals[1::2])).items()
         if tag == "O":
             out = self.remote(rest[0], rest[1])
             made.append(out)

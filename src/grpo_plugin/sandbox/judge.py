@@ -24,7 +24,6 @@ import builtins
 import collections
 import json
 import os
-import re
 import sys
 
 try:
@@ -35,6 +34,10 @@ except ImportError:  # in the fork server: top-level modules beside zygote.py
     import template
 
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+# the only classes the judge takes by the name a program's description gives: the built-in exceptions, whose
+# constructors store their arguments and nothing more (every other class of the program's is a stand-in)
+BUILTIN_EXCEPTIONS = {name: obj for name, obj in vars(builtins).items()
+                      if isinstance(obj, type) and issubclass(obj, BaseException)}
 AHEAD_MOST, AHEAD_BYTES = 256, 1 << 20  # calls sent ahead at once, and the size of their arguments
 # value types tests compare with and often use without importing them (they came with the reference solution's
 # imports): always the standard library's, whatever the program binds to these names
@@ -228,11 +231,10 @@ class Program:
         if not name.isidentifier():
             name = "ProgramClass"
         nt = desc.get("nt")
-        if desc.get("m") != "solution" and not nt and desc.get("e"):
-            real = _real_class(desc)  # a standard exception the program raised
-            if real is not None:
-                self.classes[h] = real
-                return real
+        real = BUILTIN_EXCEPTIONS.get(desc.get("q")) if desc.get("m") == "builtins" and not nt else None
+        if real is not None:  # a built-in exception (or a base of the program's own): the real one, from a closed
+            self.classes[h] = real  # table; no other class is ever looked up by a name the program chose
+            return real
         if nt is not None:
             if not isinstance(nt, list) or not all(isinstance(f, str) and f.isidentifier() for f in nt):
                 raise ValueError("a malformed namedtuple")
@@ -257,15 +259,18 @@ class Program:
 
     def exception(self, payload) -> BaseException:
         try:
-            desc, msg, args = payload
+            desc, msg, args, *kept = payload
             cls = self.klass(desc)
             args = self.value(args)
         except (ValueError, TypeError):
             return ProgramFailed("an unreadable exception")
         if issubclass(cls, Remote) and issubclass(cls, BaseException):
             exc = BaseException.__new__(cls)
-            exc.args = tuple(args) if isinstance(args, list) else (str(msg),)
-            object.__setattr__(exc, "_grpo_h", None)
+            # (object.__setattr__: a stand-in's own __setattr__ would ask the program's process)
+            object.__setattr__(exc, "args", tuple(args) if isinstance(args, list) else (str(msg),))
+            # the program keeps its exception: `e.code`, `str(e)` are asked of it, as of any of its objects
+            object.__setattr__(exc, "_grpo_h", kept[0] if kept and type(kept[0]) is int else None)
+            object.__setattr__(exc, "_grpo_msg", str(msg))
             return exc
         if isinstance(cls, type) and issubclass(cls, BaseException):
             try:
@@ -275,21 +280,6 @@ class Program:
                 exc.args = (str(msg),)
                 return exc
         return RuntimeError(f"{getattr(cls, '__name__', '?')}: {str(msg)[:200]}")
-
-
-def _real_class(desc: dict):
-    """A standard library class by its module and qualified name (None when it is not one)."""
-    module, qual = desc.get("m"), desc.get("q")
-    if not isinstance(module, str) or not isinstance(qual, str) or module.partition(".")[0] not in _STDLIB | {
-            "builtins"}:
-        return None
-    try:
-        obj = __import__(module, fromlist=["_"])
-        for part in qual.split("."):
-            obj = getattr(obj, part)
-    except Exception:  # noqa: BLE001
-        return None
-    return obj if isinstance(obj, type) else None
 
 
 def _mutable(x) -> bool:
@@ -518,6 +508,8 @@ class Remote:
         return self._grpo_op("contains", item) is True
 
     def __str__(self):
+        if self._grpo()[1] is None:  # an exception the program's process no longer keeps: its message
+            return str(getattr(self, "_grpo_msg", "?"))
         s = self._grpo_op("str")
         return s if isinstance(s, str) else "?"
 
@@ -530,35 +522,37 @@ class Remote:
 
 
 # ---- names a test reads -------------------------------------------------------------------------------------
-_IMPORT_LINE = re.compile(r"^(?:from\s+[\w.]+\s+import\s+[^#\n]*|import\s+[^#\n]*)$", re.M)
-
-
 # program_imports, compile_test, call_of: run in the fork server once per distinct program or test, after the
 # templates are forked (`ast` is imported then: ~0.5 MB no forked process carries)
 def program_imports(source: str) -> dict[str, tuple[str, str | None]]:
-    """Names the program binds by a top-level import: name -> (module, attribute or None)."""
+    """Names the program binds by an import at module level (its top-level statements, and those nested in a
+    top-level `if`, `try` or `with`), read from its syntax tree: name -> (module, attribute or None). An import
+    written in a string or a comment is no import."""
     import ast
 
     out: dict[str, tuple[str, str | None]] = {}
-    for line in _IMPORT_LINE.findall(source):
-        if "(" in line:
-            continue
-        try:
-            tree = ast.parse(line)
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    if a.asname:
-                        out[a.asname] = (a.name, None)
-                    else:
-                        top = a.name.partition(".")[0]
-                        out[top] = (top, None)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                for a in node.names:
-                    if a.name != "*":
-                        out[a.asname or a.name] = (node.module, a.name)
+    try:
+        body = list(ast.parse(source).body)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return out
+    while body:
+        node = body.pop(0)
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    out[a.asname] = (a.name, None)
+                else:
+                    top = a.name.partition(".")[0]
+                    out[top] = (top, None)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                if a.name != "*":
+                    out[a.asname or a.name] = (node.module, a.name)
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            nested = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            for handler in getattr(node, "handlers", []):
+                nested += handler.body
+            body[:0] = nested
     return out
 
 
@@ -641,9 +635,7 @@ class Judge:
         self.kept: dict[str, object] = {}  # the program's functions and classes, fetched once per job
 
     def say(self, line: str) -> None:
-        data = (line.replace("\n", " ")[:300] + "\n").encode()
-        while data:
-            data = data[os.write(self.out, data):]
+        _say(self.out, line)
 
     def imports(self) -> dict:
         return self.job.get("imports") or {}
@@ -776,6 +768,13 @@ class Judge:
         return ok, "passed" if ok else "wrong answer"
 
 
+def _say(fd: int, line: str) -> None:
+    """One verdict line (at most 301 bytes: one write, never interleaved with another's)."""
+    data = (line.replace("\n", " ")[:300] + "\n").encode()
+    while data:
+        data = data[os.write(fd, data):]
+
+
 def _call_args(args) -> list:
     """A call-based case's arguments: a list or tuple of them, or the one argument."""
     return list(args) if isinstance(args, (list, tuple)) else [args]
@@ -825,7 +824,10 @@ def run_judge(job: dict, start: int, end: int, rpc_fd: int, verdict_fd: int, lim
 def serve(ctrl, verdict_fd: int, limits: dict) -> None:
     """A judge's life: jobs one after the other from the fork server (`ctrl`, a socket: each job a length-prefixed
     marshal with the job's end of its program's socket attached), until the server closes it or replaces this
-    judge (after a job over-ran its time, this process is killed with it)."""
+    judge (after a job over-ran its time, this process is killed with it, and the job's process too). Each job runs
+    in a process forked for it from this one, which never runs a test: nothing a job does to the judge's code or
+    state (a test that patches it, a value that fooled it) reaches the next job. Verdicts go out on `verdict_fd`
+    only; what a test prints goes to /dev/null (fds 1 and 2)."""
     import _socket
     import marshal
 
@@ -837,10 +839,20 @@ def serve(ctrl, verdict_fd: int, limits: dict) -> None:
         payload = ctrl.recv(n, _socket.MSG_WAITALL) if n else b""
         if len(payload) < n or len(fds) != 1:
             os._exit(0)
-        job_text, start, end, tests, imports = marshal.loads(payload)
-        job = json.loads(job_text)
-        job["compiled"], job["imports"] = tests, imports
-        try:
-            run_judge(job, start, end, fds[0], verdict_fd, limits)
-        finally:
-            os.close(fds[0])
+        pid = os.fork()
+        if pid == 0:  # the job's own judge: a copy of this process that dies with its job
+            code = 1
+            try:
+                ctrl.close()
+                job_text, start, end, tests, imports = marshal.loads(payload)
+                job = json.loads(job_text)
+                job["compiled"], job["imports"] = tests, imports
+                run_judge(job, start, end, fds[0], verdict_fd, limits)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(fds[0])
+        status = os.waitpid(pid, 0)[1]
+        if status != 0:  # it died before its last line: the job ends here, said so (never a pass)
+            _say(verdict_fd, f"X judge ended with wait status {status}")
+            _say(verdict_fd, "Z")
