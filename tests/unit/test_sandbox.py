@@ -34,10 +34,15 @@ def naive_passes(code: str, test: str, timeout: float = 10) -> bool:
 
 
 def left_in_scratch(sandbox) -> list[str]:
-    """What programs left in the fork server's scratch directories (one per program running at once, emptied
-    after each program)."""
+    """What programs left in the fork server's scratch slots (one per program running at once; each holds the
+    fresh, empty directory of its next program and nothing else)."""
     root = f"/proc/{sandbox.zygote_pid}/root/grpo/scratch"  # the jail's tmpfs, seen through the fork server
-    return [f"{d}/{f}" for d in os.listdir(root) for f in os.listdir(os.path.join(root, d))]
+    left = []
+    for slot in os.listdir(root):
+        dirs = os.listdir(os.path.join(root, slot))
+        left += [f"{slot}: {len(dirs)} directories"] if len(dirs) != 1 else []
+        left += [f"{slot}/{d}/{f}" for d in dirs for f in os.listdir(os.path.join(root, slot, d))]
+    return left
 
 
 def one(sandbox, code: str, tests: list[str]):

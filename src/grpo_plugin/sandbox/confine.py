@@ -46,7 +46,14 @@ _FS = {name: 1 << bit for bit, name in enumerate((
     "execute", "write_file", "read_file", "read_dir", "remove_dir", "remove_file", "make_char", "make_dir",
     "make_reg", "make_sock", "make_fifo", "make_block", "make_sym", "refer", "truncate", "ioctl_dev"))}
 _ABI_FS_BITS = {1: 13, 2: 14, 3: 15, 4: 15, 5: 16}  # rights each ABI version knows
-PROGRAM_UID, JUDGE_UID = 65534, 65533
+JUDGE_UID = 65533
+# each scratch slot's programs run under an id of their own (where the jail maps them: a root trainer): slots
+# share neither files, nor a process budget (RLIMIT_NPROC counts per user), nor /proc entries (hidepid)
+PROGRAM_UID_BASE, PROGRAM_IDS = 100000, 256
+
+
+def program_uid(slot: int) -> int:
+    return PROGRAM_UID_BASE + slot % PROGRAM_IDS
 
 
 def _check(rc: int, what: str) -> int:
@@ -168,6 +175,7 @@ def confine(uid: int | None, ruleset: int, keep_fds: list[int], limits: dict) ->
     Inherited from the template (confine_template): `no_new_privs`, SHARED_LIMITS. Raises OSError when a layer
     cannot be put in place (the caller reports it; nothing untrusted has run)."""
     _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: it dies with the template, whatever kills that
+    os.setsid()  # its own session and process group: setpriority(PRIO_PGRP, 0) or killpg(0) reach only itself
     if uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
@@ -189,6 +197,38 @@ def confine(uid: int | None, ruleset: int, keep_fds: list[int], limits: dict) ->
     for res, value in ((resource.RLIMIT_AS, limits["memory_bytes"]), (resource.RLIMIT_FSIZE, limits["output_bytes"]),
                        (resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_NPROC, limits["nproc"])):
         resource.setrlimit(res, (value, value))
+
+
+_MOUNT = libc.function("mount")
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+
+
+def mount_tmpfs(path: str, size_bytes: int, inodes: int) -> None:
+    """A tmpfs of its own at `path` (the fork server's, before any process is forked there): root's, mode 0711."""
+    opts = f"size={size_bytes},nr_inodes={inodes},mode=0711".encode()
+    _check(_MOUNT(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts), f"mount {path}")
+
+
+def hide_processes() -> None:
+    """The jail's /proc remounted so that each user sees only its own processes (hidepid=invisible; the fork
+    server's group, 0, sees all: it reads its programs' scheduling statistics): a program learns nothing of the
+    other programs or the judges, not even that they exist."""
+    _check(_MOUNT(b"proc", b"/proc", b"proc", MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  b"hidepid=invisible,gid=0"), "remount /proc")
+
+
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+
+
+def devices_read_only() -> list[str]:
+    """The device nodes the jail binds from the machine, remounted read-only as mounts (they still read and write
+    as devices): no chmod, utime or xattr of the machine's /dev/null from inside. Returns those it could not."""
+    failed = []
+    for dev in DEVICES:
+        if os.path.exists(dev) and _MOUNT(None, dev.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID,
+                                          None) != 0:
+            failed.append(f"{dev}: {os.strerror(libc.get_errno())}")
+    return failed
 
 
 def can_fork_bare() -> bool:

@@ -68,9 +68,9 @@ class Limits:
     output_kb: int = 1024  # most a program may print per test (stdout), and largest file it may write
     value_kb: int = 16384  # largest value one call into the program may return
     job_kb: int = 65536  # all the values of one program's tests together
-    scratch_mb: int = 256  # the programs' scratch space, all running programs together (a tmpfs of the jail)
+    scratch_mb: int = 64  # each running program's scratch space (its slot's own tmpfs; see docs/code.md)
     judge_memory_mb: int = 2048  # address space of each judge process
-    processes: int = 64  # processes and threads the programs may have at once (RLIMIT_NPROC of their user)
+    processes: int = 64  # processes and threads a program may have at once (RLIMIT_NPROC of its slot's user)
 
     def to_json(self) -> dict:
         return {"wall_s": float(self.wall_s), "memory_bytes": int(self.memory_mb) << 20,
@@ -142,6 +142,7 @@ class Sandbox:
                 "limits": self.limits.to_json(), "workers": self.workers, "scratch_root": SCRATCH,
                 "require_landlock": "landlock" not in accepted, "readable": jail.landlock_readable(),
                 "site_dirs": jail.site_dirs, "uids": jail.userns_fd >= 0, "seccomp": seccomp.hex(),
+                "slot_bytes": int(self.limits.scratch_mb) << 20,
                 "huge_text": self.huge_text})])
         except JailUnavailable as exc:
             jail.close()
@@ -172,12 +173,19 @@ class Sandbox:
             missing.append("landlock")
         self.missing = missing
         layers = ["bubblewrap jail (user, PID, mount, network, IPC, UTS namespaces)", "a PID namespace per process",
-                  "uid 65534 for programs, 65533 for judges" if "identity" not in missing else
-                  "every capability dropped (no separate uid)", "no_new_privs"]
+                  "a uid per scratch slot for programs, 65533 for judges" if "identity" not in missing else
+                  "every capability dropped (no separate uid)", "a session and process group per process",
+                  "no_new_privs"]
+        self.slot_quotas = int(msg.get("slot_quotas", 0))
+        if self.slot_quotas == self.workers:
+            layers.append(f"a {self.limits.scratch_mb} MiB tmpfs per scratch slot")
+        if msg.get("hidepid"):
+            layers.append("/proc shows each user only its own processes")
         if abi:
             layers.append(f"Landlock ABI {abi}")
         if seccomp:
-            refused = len(jail_mod.DENIED) + len(jail_mod.PID_NS_ONLY) + 2  # + clone3, clone with namespace flags
+            refused = len(jail_mod.DENIED) + len(jail_mod.PID_NS_ONLY) + 4  # + clone3, clone with namespace flags,
+            # socket and socketpair but for Unix sockets
             layers.append(f"seccomp ({refused} syscalls refused, inherited from the template)")
         layers.append("rlimits")
         self.isolation = " + ".join(layers)

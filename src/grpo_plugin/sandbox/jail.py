@@ -9,9 +9,9 @@ fresh /proc and /dev; it dies with the trainer (`--die-with-parent`) and has no 
 fork server inside keeps only the capabilities it needs to make a PID namespace per process and to hand each
 process its identity; every process it starts drops them all (confine.py).
 
-Identities: where the trainer runs as root, the jail's user namespace maps two extra ids, 65534 for programs and
-65533 for judges, so a program is a different user from everything else (the trainer included) in the kernel's
-eyes. An unprivileged trainer can map only its own id: programs then share it inside their own namespaces (what
+Identities: where the trainer runs as root, the jail's user namespace maps 65533 for judges and a range of ids for
+programs, one per scratch slot (confine.program_uid), so a program is a different user from everything else (the
+trainer, the judges and the programs running beside it) in the kernel's eyes. An unprivileged trainer can map only its own id: programs then share it inside their own namespaces (what
 that leaves open is in docs/code.md), and the sandbox refuses to start unless `GRPO_SANDBOX_ACCEPT_MISSING`
 names `identity`.
 """
@@ -24,6 +24,8 @@ import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from grpo_plugin.sandbox.confine import PROGRAM_IDS, PROGRAM_UID_BASE
 
 SCRIPT_DIR = "/grpo/sandbox"  # where the fork server's modules are, inside the jail
 SCRATCH = "/grpo/scratch"
@@ -39,7 +41,15 @@ DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getf
           "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd",
           "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
           "mq_getsetattr", "lookup_dcookie", "vhangup", "fsopen", "fsmount", "fsconfig", "move_mount",
-          "open_tree", "mount_setattr", "uselib", "nfsservctl", "ioprio_set")
+          "open_tree", "mount_setattr", "uselib", "nfsservctl", "ioprio_set",
+          # nothing runs but the interpreter already running: no exec of any file, a memfd included (Landlock sees
+          # paths, and a memfd has none), and no memory file that no address-space limit counts
+          "execve", "execveat", "memfd_create", "memfd_secret",
+          # a program stays on the core its template gave it (it cannot take its siblings' cores)
+          "sched_setaffinity")
+# sockets: Unix ones only (a pipe between a program's own processes, asyncio's self-pipe, multiprocessing); no
+# UDP or raw socket on the jail's loopback, no netlink (what concurrent programs could talk to each other over)
+AF_UNIX = 1
 CLONE_NEWPID = 0x20000000
 CLONE_NS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
@@ -86,6 +96,8 @@ def seccomp_program() -> bytes:
         for name, arg in PID_NS_ONLY.items():
             f.add_rule(sc.ERRNO(errno.EPERM), name, sc.Arg(arg, sc.NE, CLONE_NEWPID))
         f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+        for name in ("socket", "socketpair"):
+            f.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), name, sc.Arg(0, sc.NE, AF_UNIX))
         for bit in (1 << k for k in range(32) if CLONE_NS >> k & 1):
             f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, bit, bit))
         with tempfile.TemporaryFile() as tmp:
@@ -132,7 +144,7 @@ class Jail:
         return [*self.readable, *extra, "/dev/urandom", "/dev/random", "/dev/zero", "/dev/full"]
 
     def prepare_identities(self) -> None:
-        """Root: a user namespace mapping root, the judges' id (65533) and the programs' (65534), made by a helper
+        """Root: a user namespace mapping root, the judges' id (65533) and the programs' (one per slot), made by a helper
         process (the trainer's own namespaces stay as they are); bwrap joins it (`--userns`)."""
         if not self.root:
             return
@@ -148,7 +160,7 @@ class Jail:
                 raise JailUnavailable("identity", "no user namespace: " + helper.stderr.read().decode(errors="replace"))
             for kind in ("uid_map", "gid_map"):
                 with open(f"/proc/{helper.pid}/{kind}", "w") as f:
-                    f.write("0 0 1\n65533 65533 2\n")
+                    f.write(f"0 0 1\n65533 65533 2\n{PROGRAM_UID_BASE} {PROGRAM_UID_BASE} {PROGRAM_IDS}\n")
             self.userns_fd = os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             raise JailUnavailable("identity", f"the user namespace could not be set up ({exc})") from None
@@ -188,7 +200,7 @@ class Jail:
             if os.path.exists(etc):
                 cmd += ["--ro-bind", etc, etc]
         cmd += ["--perms", "0755", "--dir", "/grpo", "--ro-bind", self.script_dir, SCRIPT_DIR,
-                "--size", str(self.scratch_mb << 20), "--perms", "0755", "--tmpfs", SCRATCH, "--chdir", SCRATCH,
+                "--size", str(self.scratch_mb << 20), "--perms", "0711", "--tmpfs", SCRATCH, "--chdir", SCRATCH,
                 "--setenv", "LD_BIND_NOW", "1", "--", *argv]
         return cmd, fds
 

@@ -177,6 +177,9 @@ class Zygote:
         self.children: set[_Run] = set()
         self.watch = Watch()
         self.reaping: dict[int, _Run] = {}
+        self.quota_bytes = int(config.get("slot_bytes", 0))
+        self.slot_roots = [self.slot_root(k) for k in range(self.workers)]
+        self.quotas = sum(os.path.ismount(r) for r in self.slot_roots)  # slots with a file system of their own
         self.slots = [self.new_slot(k) for k in range(self.workers)]
         self.free = list(range(self.workers))
         self.unsent = False
@@ -217,21 +220,21 @@ class Zygote:
                 limits["cpu_s"], limits["nproc"], limits["output_bytes"] = 24 * 3600, 64, 0  # the server keeps time
                 os.environ.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
                 limits["memory_bytes"] = self.limits["judge_memory_bytes"]
-                report = fds[1]
+                report = fds[4]
                 if ruleset == -2:
                     raise OSError("no Landlock ruleset could be built")
                 judge = _judge()  # read while this process can still read the sandbox's directory
                 confine.confine(confine.JUDGE_UID if self.uids else None, ruleset, fds, limits)
-                report = 1
+                report = 4
                 os.chdir("/")
-                judge.serve(_socket.socket(fileno=3), 1, limits)
+                judge.serve(_socket.socket(fileno=3), 4, limits)
             else:
-                mode, start, end, nonce, scratch, cpu, program = rest
+                mode, start, end, nonce, scratch, cpu, program, slot = rest
                 limits["cpu_s"] = cpu
                 report = fds[3] if mode == "stdio" else fds[4]
                 if ruleset == -2:
                     raise OSError("no Landlock ruleset for this scratch directory")
-                confine.confine(confine.PROGRAM_UID if self.uids else None, ruleset, fds, limits)
+                confine.confine(confine.program_uid(slot) if self.uids else None, ruleset, fds, limits)
                 report = 3 if mode == "stdio" else 4
                 child.prepare_interpreter(scratch)
                 gc.enable()  # the template runs without collector passes; a program runs as Python does
@@ -304,8 +307,10 @@ class Zygote:
         ours, theirs = template.socketpair()
         v_r, v_w = os.pipe()
         try:
-            # 0 /dev/null, 1 verdicts, 2 /dev/null, 3 jobs (with their program's socket attached)
-            self.template_of(slot).spawn(marshal.dumps(("judge",)), [self.null, v_w, self.null, theirs.fileno()], -1)
+            # 0-2 /dev/null (what a test prints goes nowhere), 3 jobs (with their program's socket attached),
+            # 4 verdicts
+            self.template_of(slot).spawn(marshal.dumps(("judge",)),
+                                         [self.null, self.null, self.null, theirs.fileno(), v_w], -1)
         finally:
             os.close(v_w)
             theirs.close()
@@ -354,11 +359,26 @@ class Zygote:
                 self.finish(run, f"killed: the judge: {exc}")
         j["buf"] = buf[-4096:]
 
+    def slot_root(self, k: int) -> str:
+        """Slot k's own file system (a tmpfs of `slot_bytes`, at most 16k files): one program filling its scratch
+        leaves the others theirs. Where no tmpfs can be mounted, a directory of the jail's shared one."""
+        path = os.path.join(self.root, f"s{k}")
+        os.mkdir(path, 0o711)
+        if self.quota_bytes:
+            try:
+                confine.mount_tmpfs(path, self.quota_bytes, 16384)
+            except OSError as exc:
+                sys.stderr.write(f"sandbox: slot {k} shares the jail's scratch space: {exc}\n")
+        return path
+
     def new_slot(self, k: int) -> str:
-        path = os.path.join(self.root, f"slot{k}-{time.monotonic_ns()}")
+        """A fresh scratch directory for slot k's next program, under a name no other program can guess or list
+        (the slot's root is not readable): nothing a program did to its directory (its mode, xattrs, times, what
+        it left) reaches the next one."""
+        path = os.path.join(self.slot_roots[k], os.urandom(12).hex())
         os.mkdir(path, 0o700)
         if self.uids:
-            os.chown(path, confine.PROGRAM_UID, confine.PROGRAM_UID)
+            os.chown(path, confine.program_uid(k), confine.program_uid(k))
         return path
 
     def spawn(self, job: dict, start: int, end: int) -> None:
@@ -397,7 +417,8 @@ class Zygote:
                     os.lseek(fd, 0, os.SEEK_SET)
                 # 0 /dev/null, 1 stdout, 2 stderr, 3 status, 4.. inputs
                 fds = [null, out_w, err_w, w_w, *inputs]
-                payload = marshal.dumps(("program", "stdio", start, end, nonce, self.slots[slot], cpu, program))
+                payload = marshal.dumps(("program", "stdio", start, end, nonce, self.slots[slot], cpu, program,
+                                          slot))
                 forker.spawn(payload, fds, slot)
                 forker.starting.append((run, "program"))
             else:
@@ -405,7 +426,8 @@ class Zygote:
                 theirs += [rpc_c.detach(), rpc_j.detach()]
                 rc, rj = theirs[-2], theirs[-1]
                 # the program: 0 /dev/null, 1-2 diagnostics, 3 its end of the socket, 4 setup status
-                payload = marshal.dumps(("program", job["mode"], start, end, nonce, self.slots[slot], cpu, program))
+                payload = marshal.dumps(("program", job["mode"], start, end, nonce, self.slots[slot], cpu, program,
+                                          slot))
                 forker.spawn(payload, [null, out_w, out_w, rc, w_w], slot)
                 forker.starting.append((run, "program"))
                 # the slot's judge (started when the slot first needs one, or after the last was replaced)
@@ -659,20 +681,19 @@ class Zygote:
         self.unit_done(job, run.start, run.end, reason)
 
     def release(self, slot: int) -> None:
-        """Empty a scratch directory for the next program; one that cannot be emptied is replaced."""
+        """Remove the program's scratch directory and make the slot's next one (new_slot)."""
         self.cores.give(slot)
         path = self.slots[slot]
         try:
-            _remove_tree(path, keep_root=True)
-        except Exception as exc:  # noqa: BLE001
-            sys.stderr.write(f"sandbox: could not empty {path}: {exc}\n")
-            try:
-                os.rename(path, path + ".left")
-                self.slots[slot] = self.new_slot(slot)
-                self.template_of(slot).scratch(slot, self.slots[slot])
-            except OSError as exc2:
-                sys.stderr.write(f"sandbox: could not replace {path}: {exc2}\n")
-                return
+            _remove_tree(path)
+        except Exception as exc:  # noqa: BLE001 - what stays takes room in the slot, never the next program's view
+            sys.stderr.write(f"sandbox: could not remove {path}: {exc}\n")
+        try:
+            self.slots[slot] = self.new_slot(slot)
+            self.template_of(slot).scratch(slot, self.slots[slot])
+        except OSError as exc:
+            sys.stderr.write(f"sandbox: slot {slot} has no scratch directory: {exc}\n")
+            return
         self.free.append(slot)
 
     def unit_done(self, job: dict, start: int, end: int, reason: str) -> None:
@@ -858,6 +879,14 @@ def main() -> None:
         sys.stdout.flush()
         return
     confine._PRCTL(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the fork server's memory is nobody's to read
+    try:
+        confine.hide_processes()
+        hidden = True
+    except OSError as exc:
+        hidden = False
+        sys.stderr.write(f"sandbox: /proc shows every process of the jail: {exc}\n")
+    for why in confine.devices_read_only():
+        sys.stderr.write(f"sandbox: a device stays writable as a file: {why}\n")
     huge_text = 0
     if config.get("huge_text", True):  # first: what it allocates and frees leaves no holes the children fill
         try:
@@ -881,6 +910,7 @@ def main() -> None:
         sys.stdout.flush()
         return
     sys.stdout.write(json.dumps({"ready": True, "landlock_abi": abi, "pid": os.getpid(), "huge_text": huge_text,
+                                 "slot_quotas": zygote.quotas, "hidepid": hidden,
                                  "template_pids": [t.pid for t in zygote.templates]}) + "\n")
     sys.stdout.flush()
     zygote.serve()
