@@ -447,7 +447,9 @@ def run_stdio(code, start: int, end: int, nonce: str, inputs: list[int]) -> None
     `NUL nonce T|F i ...` on stdout so the fork server splits the output per test. What this reports is the
     program's own behaviour (the output is compared in the trainer): a program could forge a normal end only for
     itself, as it could by catching its own exceptions."""
-    write, exit_, dup2, close = os.write, os._exit, os.dup2, os.close
+    import gc
+
+    write, exit_, dup2, close, gc_collect = os.write, os._exit, os.dup2, os.close, gc.collect
     std_out, std_err = sys.stdout, sys.stderr
     enc, errs = sys.stdin.encoding if sys.stdin else "utf-8", "strict"
     mark = f"\0{nonce} "
@@ -468,10 +470,17 @@ def run_stdio(code, start: int, end: int, nonce: str, inputs: list[int]) -> None
 
     for i in range(start, end):
         status = f"T {i}"
+        if i > start:  # the last test's objects go before the next input takes fd 0: a file it opened on fd 0
+            sys.modules.pop("__main__", None)  # (`input = open(0).readline`) closes its own input, not the next
+            main = None  # noqa: F841 - the last reference to it here
+            sys.stdin = sys.__stdin__ = None  # and `sys.stdin = open(0)`'s
+            gc_collect()
         try:
             dup2(inputs[i - start], 0)
             close(inputs[i - start])
-            sys.stdin = sys.__stdin__ = open(0, encoding=enc, errors=errs, closefd=False)  # noqa: SIM115 - stdin for the program
+            # as CPython opens stdin on Linux: no newline translation (a "\r\n" input keeps its "\r")
+            sys.stdin = sys.__stdin__ = open(0, encoding=enc, errors=errs, closefd=False,  # noqa: SIM115
+                                             newline="\n")
             sys.stdout, sys.__stdout__, sys.stderr, sys.__stderr__ = std_out, std_out, std_err, std_err
         except BaseException as exc:  # noqa: BLE001 - an earlier test closed its input
             status = f"F {i} no input ({word(type(exc).__name__)})"

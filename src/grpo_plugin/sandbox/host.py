@@ -236,26 +236,35 @@ class Sandbox:
         scores the same for both, rather than once each)."""
         sent: list[str] = []  # each job serialized once: its dedupe key and its payload
         place: dict = {}
-        order: list[int] = []  # suite -> its reply among the jobs sent
+        groups: list[list[int]] = []  # job -> the suites it was sent for (the same code and tests)
         for k, s in enumerate(suites):
             text = json.dumps(s.job(), sort_keys=True)
             key = text if dedupe else k
             if key not in place:
                 place[key] = len(sent)
                 sent.append(text)
-            order.append(place[key])
+                groups.append([])
+            groups[place[key]].append(k)
+        results: list = [None] * len(suites)
+
+        def judge(job: int, reply: dict) -> None:  # each suite judges with its own comparison
+            for k in groups[job]:
+                results[k] = suites[k].judge(reply)
+
         with self._lock:
             try:
-                replies = self._exchange(sent)
+                self._exchange(sent, judge)
             except SandboxError:
                 self.close()
                 self._start()  # once: a fork server that died is replaced, the batch run again
-                replies = self._exchange(sent)
+                self._exchange(sent, judge)
         self.last_unique = len(sent)
-        return [s.judge(replies[i]) for s, i in zip(suites, order)]
+        return results
 
-    def _exchange(self, jobs: list[str]) -> list[dict]:
-        """Send jobs (each already JSON) to the fork server; its replies, in order."""
+    def _exchange(self, jobs: list[str], judge) -> None:
+        """Send jobs (each already JSON) to the fork server; `judge(k, reply)` is called for job k's reply as it
+        arrives, and the reply (what the program printed per test) dropped: the trainer holds one job's output at
+        a time, whatever the batch's size."""
         if self._proc is None or self._proc.poll() is not None:
             raise SandboxError(f"the sandbox's fork server is not running: {self._stderr_tail()}")
         first = self._next_id
@@ -272,14 +281,17 @@ class Sandbox:
 
         writer = threading.Thread(target=feed, daemon=True)
         writer.start()
-        replies: dict[int, dict] = {}
-        while len(replies) < len(jobs):
+        answered: set[int] = set()
+        while len(answered) < len(jobs):
             line = self._proc.stdout.readline()
             if not line:
                 raise SandboxError(f"the sandbox's fork server exited: {self._stderr_tail()}")
             msg = json.loads(line)
-            replies[msg["id"] - first] = msg
+            del line
+            k = msg["id"] - first
+            judge(k, msg)
+            answered.add(k)
+            del msg
         writer.join()
         if failed:
             raise SandboxError(f"could not send programs to the fork server: {failed[0]}")
-        return [replies[k] for k in range(len(jobs))]

@@ -1,0 +1,371 @@
+"""The judge trusts no type a program names, and one program never changes another program's verdict (the code
+sandbox, docs/code.md "Isolation per program"). Each attack runs beside honest programs (the same batch and the
+next) that must keep their verdicts; where a route exists in native code the program takes it through ctypes.
+
+The oracles are verdicts of honest programs and of wrong programs that an attack would make pass, and what a
+later program finds; never what an attacking program says about itself."""
+
+from __future__ import annotations
+
+import json
+import socket
+import textwrap
+
+import pytest
+
+from grpo_plugin.sandbox import AssertSuite, CallSuite, Limits, Sandbox, StdioSuite, codec, judge
+
+pytestmark = pytest.mark.timeout(180)
+
+ADD = "def add(a, b):\n    return a + b\n"
+WRONG_ADD = "def add(a, b):\n    return a - b\n"
+TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"]
+
+
+def honest() -> list:
+    return [AssertSuite(ADD, TESTS), CallSuite(ADD, "add", [([1, 2], 3), ([2, 2], 4)]),
+            StdioSuite("a, b = map(int, input().split())\nprint(a + b)\n", [("1 2\n", "3"), ("2 2\n", "4")])]
+
+
+def wrong() -> list:
+    """Wrong programs: each must score below 1.0 whatever ran before it."""
+    return [AssertSuite(WRONG_ADD, TESTS), CallSuite(WRONG_ADD, "add", [([1, 2], 3), ([2, 2], 4)])]
+
+
+def run_checked(sb: Sandbox, suites: list) -> list:
+    """The suites with honest and wrong programs around them, in this batch and the next one."""
+    res = sb.run_suites(honest() + list(suites) + wrong(), dedupe=False)
+    later = sb.run_suites(honest() + wrong(), dedupe=False)
+    for batch in (res, later):
+        good, bad = batch[:3], batch[-2:]
+        assert [r.score for r in good] == [1.0] * 3, [r.detail for r in good]
+        assert all(r.score < 1.0 for r in bad), [r.detail for r in bad]
+    return res[3:3 + len(suites)]
+
+
+@pytest.fixture(scope="module")
+def sb():
+    sandbox = Sandbox(Limits(wall_s=3), workers=2)
+    try:
+        yield sandbox
+    finally:
+        sandbox.close()
+
+
+@pytest.fixture(scope="module")
+def sb1():
+    """One scratch slot and one judge: every job of every batch goes through the same slot and judge."""
+    sandbox = Sandbox(Limits(wall_s=3), workers=1)
+    try:
+        yield sandbox
+    finally:
+        sandbox.close()
+
+
+# ---- the judge rebuilds values, never behaviour --------------------------------------------------------------
+GRAB_SERVICE = """
+import gc
+def service():
+    return [o for o in gc.get_objects() if type(o).__name__ == "Service" and hasattr(o, "encoder")][0]
+"""
+
+
+def test_a_class_named_after_a_library_type_stays_the_programs(sb):
+    """An exception class whose module and name are unittest.mock's _ANY (which equals everything): the judge
+    once rebuilt it as the real one and every == test passed."""
+    code = textwrap.dedent("""
+        class _ANY(Exception):
+            pass
+        _ANY.__module__ = "unittest.mock"
+        def add(a, b):
+            return _ANY()
+        """)
+    [res] = run_checked(sb, [AssertSuite(code, TESTS)])
+    assert res.passed == [False] * 3, res.detail
+
+
+def test_a_forged_description_builds_nothing_in_the_judge(sb):
+    """The program owns its process: it rewrites what its replies say. A namedtuple tag naming a library class
+    (unittest.mock._ANY, types.FunctionType) or a class described as the real one is refused or stays a stand-in."""
+    forged = GRAB_SERVICE + textwrap.dedent("""
+        s = service()
+        real_tree = s.encoder.tree
+        def tree(value):
+            if value == [0, [0, 0]]:  # the reply to add(...): [return value, arguments after]
+                return ["L", ["NT", {"h": 9000, "n": "_ANY", "q": "_ANY", "m": "unittest.mock", "e": True,
+                                     "nt": None}], ["L", 0, 0]]
+            return real_tree(value)
+        s.encoder.tree = tree
+        def add(a, b):
+            return 0
+        """)
+    described = GRAB_SERVICE + textwrap.dedent("""
+        s = service()
+        real_describe = s.describe
+        def describe(cls):
+            d = dict(real_describe(cls))
+            if cls is Eq:
+                d.update(m="unittest.mock", q="_ANY", n="_ANY", e=True)
+            return d
+        s.describe = s.encoder.describe = describe
+        class Eq:
+            pass
+        def add(a, b):
+            return Eq()
+        """)
+    res = run_checked(sb, [AssertSuite(forged, TESTS), AssertSuite(described, TESTS)])
+    assert [r.passed for r in res] == [[False] * 3] * 2, [r.detail for r in res]
+
+
+def test_the_decoder_builds_only_namedtuples_and_builtin_exceptions():
+    a, b = socket.socketpair()
+    try:
+        program = judge.Program(a.fileno(), 1 << 20, 1 << 20)
+        for desc in ({"h": 1, "n": "FunctionType", "q": "FunctionType", "m": "types", "e": True},
+                     {"h": 2, "n": "_ANY", "q": "_ANY", "m": "unittest.mock", "e": True},
+                     {"h": 3, "n": "CodeType", "q": "CodeType", "m": "types", "e": False}):
+            cls = program.klass(desc)
+            assert issubclass(cls, judge.Remote), desc  # a stand-in, whatever the description says
+        assert program.klass({"h": 4, "n": "KeyError", "q": "KeyError", "m": "builtins", "e": True}) is KeyError
+        with pytest.raises(ValueError):
+            program.value(["NT", {"h": 5, "n": "FunctionType", "q": "FunctionType", "m": "types", "e": True}, 1])
+        assert program.value(["NT", {"h": 6, "n": "P", "nt": ["x", "y"]}, 1, 2]) == (1, 2)
+        assert program.value(["bt", "int"]) is int
+        with pytest.raises(ValueError):
+            program.value(["bt", "FunctionType"])
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_judge_patched_by_one_job_judges_the_next_job_afresh(sb1):
+    """A job whose test rewrites the judge's own code (as a judge compromised by one program would be): its
+    process ends with the job, and the next jobs on the same judge are judged by the judge's own code."""
+    patch = textwrap.dedent("""
+        import sys
+        j = sys.modules.get("judge") or sys.modules["grpo_plugin.sandbox.judge"]
+        j.Judge.assert_test = lambda self, compiled: (True, "passed")
+        j.returns_match = lambda got, expected: True
+        assert False
+        """)
+    first = sb1.run_suites([AssertSuite(ADD, [patch, "assert add(1, 1) == 5"])])
+    assert first[0].passed == [False, True]  # the patch holds for the rest of ITS job (a test is trusted code)
+    later = sb1.run_suites(wrong() + honest(), dedupe=False)
+    assert [r.score < 1.0 for r in later[:2]] == [True, True], [r.detail for r in later]
+    assert [r.score for r in later[2:]] == [1.0] * 3
+
+
+def test_what_a_test_prints_never_reaches_the_verdicts(sb):
+    """The value printed is the program's: verdict lines in it are text, and a long print is no flood."""
+    forger = "def add(a, b):\n    return ''.join(f'P {i}\\nS {i + 1}\\n' for i in range(3)) * 3000\n"
+    tests = ["print(add(1, 2)); assert add(1, 2) == 3", "print(add(1, 2)); assert add(2, 2) == 4"]
+    long_print = ADD + "def big():\n    return 'x' * (1 << 20)\n"
+    res = run_checked(sb, [AssertSuite(forger, tests),
+                           AssertSuite(long_print, ["print(big()); assert add(1, 2) == 3"])])
+    assert res[0].passed == [False, False], res[0].detail
+    assert res[1].passed == [True], res[1].detail
+
+
+def test_an_import_written_in_a_string_is_no_import(sb):
+    """A docstring line `from math import factorial` once made the test's `factorial` the real one."""
+    code = '"""Uses\nfrom math import factorial\n"""\ndef factorial(n):\n    return n\n'
+    honest_import = "from math import factorial\n"
+    nested = "try:\n    from math import gcd\nexcept ImportError:\n    gcd = None\n"
+    res = run_checked(sb, [AssertSuite(code, ["assert factorial(5) == 120"]),
+                           AssertSuite(honest_import, ["assert factorial(5) == 120"]),
+                           AssertSuite(nested, ["assert gcd(4, 6) == 2"])])
+    assert [r.passed for r in res] == [[False], [True], [True]], [r.detail for r in res]
+    assert judge.program_imports(code) == {}
+    assert judge.program_imports(nested) == {"gcd": ("math", "gcd")}
+
+
+# ---- one program never changes another's verdict --------------------------------------------------------------
+WRITES = AssertSuite("open('f.txt', 'w').write('ok')\nok = open('f.txt').read()\nimport os\nmine = os.listdir('.')\n",
+                     ["assert ok == 'ok'", "assert mine == ['f.txt']"])
+
+
+def test_a_poisoned_scratch_directory_is_gone_for_the_next_program(sb1):
+    poison = StdioSuite(textwrap.dedent("""
+        import os, ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        open('left.txt', 'w').write('x')
+        try:
+            os.setxattr('.', 'user.mark', b'1')
+        except OSError:
+            pass
+        os.utime('.', (0, 0))
+        libc.chmod(b'.', 0)
+        print('done')
+        """), [("", "done")])
+    after = AssertSuite("import os\nmtime, mode = os.stat('.').st_mtime, os.stat('.').st_mode\n"
+                        "xattrs = os.listxattr('.')\n",
+                        ["assert mtime > 1e9", "assert xattrs == []", "assert oct(mode & 0o777) == '0o700'"])
+    assert sb1.run_suites([poison])[0].passed == [True]
+    res = sb1.run_suites([WRITES, after])
+    assert [r.passed for r in res] == [[True, True], [True, True, True]], [r.detail for r in res]
+
+
+def test_a_program_cannot_find_or_touch_its_siblings_directories(sb):
+    probe = StdioSuite(textwrap.dedent("""
+        import os
+        out = []
+        for d in ('..', '/grpo/scratch'):
+            try:
+                os.listdir(d)
+                out.append('listed ' + d)
+            except PermissionError:
+                pass
+        print(' '.join(out) or 'none')
+        """), [("", "none")])
+    [res] = run_checked(sb, [probe])
+    assert res.passed == [True], res.detail
+
+
+def test_one_program_filling_its_scratch_leaves_the_others_theirs(sb):
+    """A program writes until its file system is full and holds it; a sibling started after it writes a file."""
+    filler = StdioSuite(textwrap.dedent("""
+        import time
+        k = 0
+        try:
+            while True:
+                with open(f'f{k}', 'wb') as f:
+                    f.write(b'x' * (1 << 20))
+                k += 1
+        except OSError:
+            pass
+        time.sleep(1.5)
+        print('full', k > 0)
+        """), [("", "full True")])
+    writer = AssertSuite("import time\ntime.sleep(0.5)\nopen('w.bin', 'wb').write(b'y' * 500000)\n"
+                         "ok = len(open('w.bin', 'rb').read())\n", ["assert ok == 500000"])
+    res = sb.run_suites([filler, writer], dedupe=False)
+    assert [r.passed for r in res] == [[True], [True]], [r.detail for r in res]
+
+
+def test_a_thread_bomb_leaves_siblings_their_threads(sb):
+    bomb = StdioSuite(textwrap.dedent("""
+        import threading, time
+        stop = threading.Event()
+        n = 0
+        try:
+            while True:
+                threading.Thread(target=stop.wait, daemon=True).start()
+                n += 1
+        except RuntimeError:
+            pass
+        time.sleep(1.5)
+        stop.set()
+        print('bomb', n > 10)
+        """), [("", "bomb True")])
+    sibling = AssertSuite("import threading, time\ntime.sleep(0.5)\nout = []\n"
+                          "t = threading.Thread(target=out.append, args=(1,))\nt.start()\nt.join()\n",
+                          ["assert out == [1]"])
+    res = sb.run_suites([bomb, sibling], dedupe=False)
+    assert [r.passed for r in res] == [[True], [True]], [r.detail for r in res]
+
+
+def test_renice_of_its_process_group_reaches_only_itself(sb1):
+    renice = StdioSuite(textwrap.dedent("""
+        import os, ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.setpriority(1, 0, 19)   # PRIO_PGRP, its own group
+        os.setpriority(os.PRIO_PGRP, 0, 19)
+        print(os.getpgrp() == os.getpid(), os.getpriority(os.PRIO_PROCESS, 0))
+        """), [("", "True 19")])
+    later = AssertSuite("import os\nnice = os.getpriority(os.PRIO_PROCESS, 0)\n", ["assert nice == 0"])
+    assert sb1.run_suites([renice])[0].passed == [True]
+    assert sb1.run_suites([later])[0].passed == [True]
+
+
+def test_no_network_no_netlink_no_exec_no_memfd_no_wider_affinity(sb):
+    probe = StdioSuite(textwrap.dedent("""
+        import os, socket, ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        NR = {"x86_64": {"socket": 41, "memfd_create": 319, "sched_setaffinity": 203},
+              "aarch64": {"socket": 198, "memfd_create": 279, "sched_setaffinity": 122}}[os.uname().machine]
+        got = []
+        for what, call in [
+                ("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", 9))),
+                ("udp6", lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)),
+                ("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)),
+                ("memfd", lambda: os.memfd_create("x")),
+                ("exec", lambda: os.execv("/usr/bin/true", ["true"])),
+                ("affinity", lambda: os.sched_setaffinity(0, range(os.cpu_count())))]:
+            try:
+                call()
+                got.append(what)
+            except OSError:
+                pass
+        mask = ctypes.c_ulong(-1)
+        for what, rc in [("raw socket", libc.syscall(NR["socket"], 2, 2, 0)),
+                         ("raw memfd", libc.syscall(NR["memfd_create"], b"x", 0)),
+                         ("raw affinity", libc.syscall(NR["sched_setaffinity"], 0, 8, ctypes.byref(mask)))]:
+            if rc >= 0:
+                got.append(what)
+        a, b = socket.socketpair()  # Unix sockets stay (asyncio, multiprocessing)
+        a.send(b"u")
+        print(" ".join(got) or "none", b.recv(1).decode())
+        """), [("", "none u")])
+    [res] = run_checked(sb, [probe])
+    assert res.passed == [True], res.detail
+
+
+def test_the_machines_device_nodes_and_other_processes_are_out_of_reach(sb):
+    probe = StdioSuite(textwrap.dedent("""
+        import os
+        got = []
+        try:
+            os.utime("/dev/null", (0, 0))
+            got.append("utime /dev/null")
+        except OSError:
+            pass
+        open("/dev/null", "w").write("still a device")
+        seen = [n for n in range(1, 4096) if os.path.exists(f"/proc/{n}")]
+        if len(seen) > 1:  # its own process only
+            got.append(f"{len(seen)} processes")
+        print(" ".join(got) or "none")
+        """), [("", "none")])
+    sleeper = AssertSuite("import time\ntime.sleep(0.5)\n", ["assert True"])
+    res = run_checked(sb, [sleeper, probe])
+    assert [r.passed for r in res] == [[True], [True]], [r.detail for r in res]
+
+
+# ---- the trainer's memory -----------------------------------------------------------------------------------------
+def test_outputs_are_judged_as_they_arrive(sb):
+    """The trainer keeps a verdict per program, not what it printed: each reply is judged when it comes in."""
+    big = StdioSuite("print('z' * 300000)\n", [("", "no")] * 3)
+    held = []  # bytes of replies still alive when each reply is judged
+    real = sb._exchange
+
+    def spy(jobs, judge_):
+        alive: list = []
+
+        def judge_and_watch(k, reply):
+            alive.append(reply)
+            held.append(sum(len(json.dumps(r)) for r in alive if r is not None))
+            judge_(k, reply)
+            alive[-1] = None  # the reply is the exchange's to drop now
+
+        return real(jobs, judge_and_watch)
+
+    sb._exchange = spy
+    try:
+        res = sb.run_suites([big] * 4, dedupe=False)
+    finally:
+        del sb._exchange
+    assert [r.passed for r in res] == [[False] * 3] * 4
+    assert len(held) == 4 and max(held) < 1_000_000 < 4 * 900_000  # one job's output at a time, not the batch's
+    assert len(json.dumps([[r.passed, r.detail, r.output] for r in res])) < 20000
+
+
+def test_dict_views_and_builtin_types_travel_as_values():
+    enc = codec.Encoder(lambda obj: 0, lambda cls: {"h": 1})
+    dec = codec.Decoder(lambda h, d: None, lambda d: None, 1 << 20)
+    d = {"b": 1, "a": [2]}
+    for value in (d.keys(), d.values(), d.items(), {}.keys(), [int, str, dict]):
+        got = dec.value(enc.tree(value))
+        if isinstance(value, list):
+            assert got == value and all(g is v for g, v in zip(got, value))
+        else:
+            assert type(got) is type(value) and list(got) == list(value) and bool(got) == bool(value)
