@@ -33,8 +33,8 @@ Rewards (TRL's signature; completions as strings or as chat message lists):
 
 Sandbox limits from the environment of `axolotl train`: GRPO_SANDBOX_TIMEOUT_S (per test, default 2),
 GRPO_SANDBOX_MEMORY_MB (per program, default 2048), GRPO_SANDBOX_WORKERS (programs at once, default: 2 per core
-+ 4, at most 4 per core), GRPO_SANDBOX_SCRATCH_MB (the scratch space all running programs share, default 256; each
-file at most 1 MiB). A row's own time limit (contest rows) replaces the per-test default; GRPO_CODE_MAX_TESTS
++ 6, at most 5 per core), GRPO_SANDBOX_SCRATCH_MB (each running program's own scratch space, default 64; each file
+at most 1 MiB). A row's own time limit (contest rows) replaces the per-test default; GRPO_CODE_MAX_TESTS
 (default 32) caps the tests a contest row keeps (public ones first); GRPO_CODE_COMPARE (`tokens`, the default, or
 `exact`) and GRPO_CODE_FLOAT_TOL (default 1e-6) set how stdin/stdout outputs are compared (a row's own
 `compare`/`tol` win).
@@ -76,7 +76,7 @@ def sandbox():
 
             limits = Limits(wall_s=float(os.environ.get("GRPO_SANDBOX_TIMEOUT_S", 2.0)),
                             memory_mb=int(os.environ.get("GRPO_SANDBOX_MEMORY_MB", 2048)),
-                            scratch_mb=int(os.environ.get("GRPO_SANDBOX_SCRATCH_MB", 256)))
+                            scratch_mb=int(os.environ.get("GRPO_SANDBOX_SCRATCH_MB", 64)))
             workers = int(os.environ["GRPO_SANDBOX_WORKERS"]) if os.environ.get("GRPO_SANDBOX_WORKERS") else None
             _SANDBOX = Sandbox(limits, workers=workers)
             atexit.register(_SANDBOX.close)
