@@ -243,6 +243,14 @@ def can_fork_bare() -> bool:
     return threads == 1 and not any(m in sys.modules for m in AT_FORK_MODULES)
 
 
+def fork_bare() -> int:
+    """libc's fork() alone (where can_fork_bare() said so: see fork_in_new_pid_namespace)."""
+    pid = _FORK()
+    if pid < 0:
+        raise OSError(libc.get_errno(), "fork failed")
+    return pid
+
+
 def fork_in_new_pid_namespace(pidns_fd: int, bare: bool = False) -> int:
     """fork(), the child as PID 1 of a new PID namespace (the caller's own namespace restored after). Needs
     CAP_SYS_ADMIN in the jail's user namespace (the template's only use of it).
@@ -256,9 +264,7 @@ def fork_in_new_pid_namespace(pidns_fd: int, bare: bool = False) -> int:
     pid = -1
     try:
         if bare:
-            pid = _FORK()
-            if pid < 0:
-                raise OSError(libc.get_errno(), "fork failed")
+            pid = fork_bare()
         else:
             pid = os.fork()
         return pid

@@ -829,8 +829,12 @@ def serve(ctrl, verdict_fd: int, limits: dict) -> None:
     state (a test that patches it, a value that fooled it) reaches the next job. Verdicts go out on `verdict_fd`
     only; what a test prints goes to /dev/null (fds 1 and 2)."""
     import _socket
+    import gc
     import marshal
 
+    gc.freeze()  # a job's collections never write the headers of what it shares with this process
+    # one thread and nothing that registers at-fork work: libc's fork, without os.fork's bookkeeping
+    fork = template.confine.fork_bare if template.confine.can_fork_bare() else os.fork
     while True:
         head, fds = template.recv_fds(ctrl, 4, 4)
         if len(head) < 4:
@@ -839,7 +843,7 @@ def serve(ctrl, verdict_fd: int, limits: dict) -> None:
         payload = ctrl.recv(n, _socket.MSG_WAITALL) if n else b""
         if len(payload) < n or len(fds) != 1:
             os._exit(0)
-        pid = os.fork()
+        pid = fork()
         if pid == 0:  # the job's own judge: a copy of this process that dies with its job
             code = 1
             try:

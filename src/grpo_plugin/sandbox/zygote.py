@@ -833,8 +833,8 @@ def _read(fd: int) -> bytes | None:
         return b""
 
 
-def _remove_tree(root: str, keep_root: bool = False) -> None:
-    """Remove a scratch directory (or what it holds) however deep, never following a link out of it; a directory
+def _remove_tree(root: str) -> None:
+    """Remove a scratch directory however deep, never following a link out of it; a directory
     whose permissions the program took away is given them back first. Raises OSError if something stays."""
     def listing(path):
         try:
@@ -864,8 +864,7 @@ def _remove_tree(root: str, keep_root: bool = False) -> None:
         if subdirs:
             stack.extend(subdirs)
             continue
-        if path != root or not keep_root:
-            os.rmdir(path)
+        os.rmdir(path)
         stack.pop()
 
 
