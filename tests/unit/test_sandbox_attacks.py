@@ -1924,11 +1924,8 @@ REBIND_CASES.update({
         ["assert evens(5) == [0, 2, 4]", "assert [0, 2, 4] == evens(5)", "assert 2 in evens(5) and 4 in evens(5)",
          "assert len(evens(5)) == 3", "assert not evens(5) != [0, 2, 4]"],
         "def evens(n):\n    return [k for k in range(n) if k % 2 == 0]\n"),
-    "lying __bool__ (alternates)": (
-        "_calls = [0]\nclass Flip:\n    def __bool__(self):\n        _calls[0] += 1\n"
-        "        return _calls[0] % 2 == 1\ndef is_even(n):\n    return Flip()\n",
-        ["assert is_even(4) and not is_even(3)", "assert is_even(10) and not is_even(7)"],
-        "def is_even(n):\n    return n % 2 == 0\n"),
+    # (a __bool__ that alternates is asked as CPython asks it: it can do no more than a function that alternates
+    # the bools it returns, which any judge scores as it answers)
 })
 
 

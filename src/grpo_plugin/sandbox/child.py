@@ -112,8 +112,8 @@ class Service:
         self.objects: list = []  # handle -> object kept here
         self.handles: dict[int, int] = {}  # id(object) -> handle
         self.classes: dict[int, dict] = {}  # id(class) -> its description
-        self.encoder = codec.Encoder(self.handle, self.describe)
-        self.decoder = codec.Decoder(self.lookup, self.klass, budget_bytes=1 << 62)
+        self.encoder = codec.Encoder(self.handle, self.describe, _JudgeObject.tree)
+        self.decoder = codec.Decoder(self.lookup, self.klass, 1 << 62, self.judge_object)
         self.nt_classes: dict = {}
         self.handed = False  # a reply referred to an object kept here
 
@@ -135,6 +135,11 @@ class Service:
              "m": module if isinstance(module, str) else None,
              "e": isinstance(cls, type) and issubclass(cls, BaseException),
              "nt": list(cls._fields) if codec._is_namedtuple(cls) else None}
+        if isinstance(cls, type) and issubclass(cls, codec.PLAIN_BASES) and cls.__module__ in codec.PROGRAM_MODULES:
+            # the program's subclass of a plain type: the special methods it defines over the plain type's own
+            # (a judge asks these of it; never __eq__, ordering, __contains__ or __hash__: codec.OVERRIDABLE)
+            d["o"] = sorted({k for c in cls.__mro__ if c.__module__ in codec.PROGRAM_MODULES for k in vars(c)}
+                            & codec.OVERRIDABLE)
         self.classes[id(cls)] = d
         bases = []
         for b in getattr(cls, "__bases__", ()):
@@ -143,7 +148,33 @@ class Service:
         d["b"] = bases
         return d
 
-    def lookup(self, h, desc):  # an object the judge sends back: one of ours
+    def judge_object(self, k: int, kind: str):
+        """What a test passed in (a function, an iterator): calls back to the judge, which runs it."""
+        return (_JudgeIterator if kind == "i" else _JudgeCallable)(self, k)
+
+    def callback(self, k: int, op: str, args: list, kwargs: dict):
+        """Ask the judge to run its object k (`call` it, or `next` of it) and wait for its answer, answering the
+        requests the judge makes meanwhile (the function may call into the program)."""
+        self.reply("cb", [k, op, self.encoder.tree(args), self.encoder.tree(kwargs)])
+        while True:
+            msg = self.channel.recv(self.most)
+            if msg is None:
+                os._exit(0)  # the judge is gone: so is this job
+            req = json.loads(msg.decode())
+            if req[0] != "cbret":
+                self.answer(msg)
+                continue
+            if req[1] == "ok":
+                return self.decoder.value(req[2])
+            if req[1] == "stop":
+                raise StopIteration
+            name, message = req[2]
+            kind = getattr(builtins, str(name), None)
+            if not (isinstance(kind, type) and issubclass(kind, Exception)):
+                kind = Exception
+            raise kind(message)
+
+    def lookup(self, h, desc, value=None):  # an object the judge sends back: one of ours
         return self.objects[h]
 
     def klass(self, desc):  # a namedtuple the judge built: the program's class when it is one
@@ -257,6 +288,8 @@ class Service:
             return len(obj)
         if name == "iter":
             return iter(obj)
+        if name == "list":
+            return list(obj)
         if name == "next":  # up to args[0] items: [items, finished]
             out = []
             for _ in range(int(args[0])):
@@ -279,6 +312,16 @@ class Service:
             return str(obj)
         if name == "repr":
             return repr(obj)
+        if name == "bool":
+            return bool(obj)
+        if name == "format":
+            return format(obj, str(args[0]))
+        if name == "missing":
+            return type(obj).__missing__(obj, args[0])
+        if name in ("copy", "deepcopy"):
+            import copy
+
+            return getattr(copy, name)(obj)
         if name.startswith("__") and name in _OPERATORS:  # arithmetic, and ordering between its own objects
             result = getattr(obj, name)(*args)
             if result is NotImplemented:
@@ -287,13 +330,49 @@ class Service:
         raise ValueError(f"unknown operation {name!r}")
 
 
+class _JudgeObject:
+    """A function or iterator of the test's, run in the judge when the program uses it."""
+
+    __slots__ = ("_service", "_k")
+
+    def __init__(self, service: Service, k: int):
+        self._service, self._k = service, k
+
+    @staticmethod
+    def tree(obj):
+        if isinstance(obj, _JudgeObject):
+            return ["J", obj._k, "i" if isinstance(obj, _JudgeIterator) else "f"]
+        return None
+
+
+class _JudgeCallable(_JudgeObject):
+    __slots__ = ()
+
+    def __call__(self, *args, **kwargs):
+        return self._service.callback(self._k, "call", list(args), kwargs)
+
+
+class _JudgeIterator(_JudgeObject):
+    __slots__ = ()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._service.callback(self._k, "next", [], {})
+
+
 _OPERATORS = frozenset(f"__{p}{o}__" for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
                                                  "and", "or", "xor", "lshift", "rshift") for p in ("", "r")) | {
     "__lt__", "__le__", "__gt__", "__ge__", "__neg__", "__pos__", "__abs__"}
 
 
 def _state(obj) -> dict:
-    """An object's fields (instance attributes and slots) for the judge's equality."""
+    """An object's fields (instance attributes and slots) for the judge's equality; a dataclass's compared fields
+    only (`field(compare=False)` left out, as its generated __eq__ does)."""
+    dataclasses = sys.modules.get("dataclasses")
+    if dataclasses is not None and dataclasses.is_dataclass(obj):
+        return {f.name: getattr(obj, f.name, None) for f in dataclasses.fields(obj) if f.compare}
     out = {}
     d = getattr(obj, "__dict__", None)
     if isinstance(d, dict):

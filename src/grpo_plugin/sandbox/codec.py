@@ -21,7 +21,7 @@ import math
 import sys
 
 MAX_DEPTH = 200
-_MUTABLE_TAGS = frozenset({"L", "D", "S", "Y", "dq", "Ct", "OD", "DD"})  # numbered in the order they are met
+_MUTABLE_TAGS = frozenset({"L", "D", "S", "Y", "dq", "Ct", "OD", "DD", "ar"})  # ("SV" numbers itself too)  # numbered in the order they are met
 _INT_JSON = 1 << 62  # larger ints travel as hex (json's decimal conversion is capped at 4300 digits)
 
 
@@ -33,8 +33,10 @@ class Encoder:
     """Values -> JSON-able trees. `handle(obj)` gives a number for an object that stays in this process and
     `describe(cls)` a class's description (the program's process provides both: it keeps the objects)."""
 
-    def __init__(self, handle, describe):
-        self.handle, self.describe = handle, describe
+    def __init__(self, handle, describe, foreign=None):
+        """`foreign(obj)`: the tree of an object of the OTHER side's kept here (a callable or iterator a test
+        passes into the program: `["J", k, kind]`), or None when `obj` is not one."""
+        self.handle, self.describe, self.foreign = handle, describe, foreign
 
     def encode(self, value) -> str:
         return json.dumps(self.tree(value), separators=(",", ":"))
@@ -77,8 +79,8 @@ class Encoder:
                 return ["OD", *items]
             if t is collections.Counter:
                 return ["Ct", *items]
-            f = x.default_factory
-            return ["DD", f.__name__ if f in _FACTORIES.values() else None, *items]
+            f = x.default_factory  # a builtin type travels by name; the program's own factory as an object it keeps
+            return ["DD", None if f is None else self._t(f, memo, keep, d), *items]
         if t is set or t is frozenset:
             if t is set:
                 memo[id(x)] = len(memo)
@@ -101,12 +103,20 @@ class Encoder:
         if t.__name__ == "Fraction" and t is getattr(sys.modules.get("fractions"), "Fraction", None):
             return ["Fr", self._t(x.numerator, memo, keep, d), self._t(x.denominator, memo, keep, d)]
         if t.__name__ == "Decimal" and t is getattr(sys.modules.get("decimal"), "Decimal", None):
-            return ["De", str(x)]
+            ctx = sys.modules["decimal"].getcontext()  # the program's precision and rounding, where not the default
+            own = ctx.prec != 28 or ctx.rounding != "ROUND_HALF_EVEN"
+            return ["De", str(x), *((ctx.prec, ctx.rounding) if own else ())]
         if t is datetime.datetime or t is datetime.date or t is datetime.time:
             tz = x.utcoffset() if t is not datetime.date else None
+            zone = getattr(x, "tzinfo", None)
+            key = getattr(zone, "key", None) if type(zone).__name__ == "ZoneInfo" else None
             return [{datetime.datetime: "dt", datetime.date: "da", datetime.time: "ti"}[t],
                     x.replace(tzinfo=None).isoformat() if t is not datetime.date else x.isoformat(),
-                    None if tz is None else tz.total_seconds()]
+                    None if tz is None else tz.total_seconds(), *((key,) if isinstance(key, str) else ())]
+        if t.__name__ == "array" and t is getattr(sys.modules.get("array"), "array", None):
+            memo[id(x)] = len(memo)
+            keep.append(x)
+            return ["ar", x.typecode, *x.tolist()] if x.typecode != "u" else ["ar", "u", x.tounicode()]
         if t is datetime.timedelta:
             return ["td", x.days, x.seconds, x.microseconds]
         if t is collections.deque:
@@ -117,12 +127,31 @@ class Encoder:
             tag = _VIEW_TAGS[t]
             items = [e for kv in x for e in kv] if tag == "di" else list(x)
             return [tag, *[self._t(e, memo, keep, d) for e in items]]
+        np = sys.modules.get("numpy")  # loaded only where a program or a test imported it
+        if np is not None and isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in _NUMPY_KINDS:
+            if isinstance(x, np.generic):
+                return ["ns", x.dtype.str, self._t(x.item(), memo, keep, d)]
+            flat = x.ravel().tolist()
+            if x.dtype.kind == "c" or x.dtype.kind in "iu" and x.dtype.itemsize == 8 and flat and (
+                    min(flat) <= -_INT_JSON or max(flat) >= _INT_JSON):
+                flat = [self._t(e, memo, keep, d) for e in flat]
+            return ["nd", x.dtype.str, list(x.shape), *flat]
+        if getattr(t, "__module__", None) in PROGRAM_MODULES and isinstance(x, PLAIN_BASES):
+            # the program's own subclass of a plain type (`class Vec(list)`, a NamedTuple, an IntEnum): its value,
+            # and the object itself kept there for what only it knows (its methods, its fields' names)
+            base = next(b for b in PLAIN_BASES if isinstance(x, b))
+            memo[id(x)] = len(memo)
+            keep.append(x)
+            return ["SV", self.handle(x), self.describe(t), self._t(base(x), memo, keep, d)]
         if _is_namedtuple(t):
             return ["NT", self.describe(t), *[self._t(e, memo, keep, d) for e in x]]
+        own = self.foreign(x) if self.foreign is not None else None
+        if own is not None:
+            return own
         if isinstance(x, type):
             name = _BUILTIN_TYPE_NAMES.get(x)
             return ["bt", name] if name is not None else ["K", self.describe(x)]
-        for base in _PLAIN_BASES:  # a subclass of a plain type (an int with a name, a dict with helpers): its value
+        for base in PLAIN_BASES:  # a subclass of a plain type (an int with a name, a dict with helpers): its value
             if isinstance(x, base):
                 return self._t(base(x), memo, keep, depth)
         memo[id(x)] = len(memo)
@@ -130,7 +159,16 @@ class Encoder:
         return ["O", self.handle(x), self.describe(t)]
 
 
-_PLAIN_BASES = (int, float, str, bytes, tuple, list, dict, set, frozenset)
+PLAIN_BASES = (int, float, str, bytes, tuple, list, dict, set, frozenset)
+_NUMPY_KINDS = frozenset("biufc")  # numpy values that travel: booleans and numbers, scalars and arrays
+PROGRAM_MODULES = frozenset({"solution", "__main__"})  # where a program's own classes are defined
+# special methods of a program's subclass of a plain type that the judge asks of the program (its arithmetic, its
+# text, its lookups); equality, ordering, membership and hashing stay the plain type's: a lying one would decide a
+# test's comparison
+OVERRIDABLE = frozenset({f"__{p}{o}__" for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
+                                                 "and", "or", "xor", "lshift", "rshift") for p in ("", "r")} | {
+    "__neg__", "__pos__", "__abs__", "__str__", "__repr__", "__format__", "__missing__", "__getitem__", "__len__",
+    "__iter__"})
 _VIEW_TAGS = {type({}.keys()): "dk", type({}.values()): "dv", type({}.items()): "di"}
 # the builtin types a value may name (`key=int`, `isinstance(x, str)` arguments, a function returning `float`): a
 # closed table, looked up by name on either side; any other class is the program's and stays a stand-in
@@ -156,9 +194,8 @@ def _scalars(x) -> bool:
     return int not in kinds or min(x) > -_INT_JSON and max(x) < _INT_JSON
 
 
-_FACTORIES = {"int": int, "list": list, "set": set, "dict": dict, "str": str, "float": float, "tuple": tuple,
-              "frozenset": frozenset, "bool": bool, "bytes": bytes, "deque": collections.deque,
-              "Counter": collections.Counter, "OrderedDict": collections.OrderedDict}
+_ROUNDINGS = frozenset({"ROUND_DOWN", "ROUND_HALF_UP", "ROUND_HALF_EVEN", "ROUND_CEILING", "ROUND_FLOOR", "ROUND_UP",
+                        "ROUND_HALF_DOWN", "ROUND_05UP"})
 
 
 def _flat(items: list) -> bool:
@@ -174,8 +211,9 @@ class Decoder:
     """JSON text from the program's process -> values, with budgets. `remote(handle, desc)` makes the judge's
     stand-in for an object the program's process keeps; `klass(desc)` the stand-in of a class (namedtuples)."""
 
-    def __init__(self, remote, klass, budget_bytes: int):
-        self.remote, self.klass = remote, klass
+    def __init__(self, remote, klass, budget_bytes: int, foreign=None):
+        """`foreign(k, kind)`: what `["J", k, kind]` stands for (Encoder's `foreign`), None: refused."""
+        self.remote, self.klass, self.foreign = remote, klass, foreign
         self.budget = budget_bytes  # bytes this job may still receive
 
     def charge(self, n: int) -> None:
@@ -230,8 +268,19 @@ class Decoder:
                 made.append(out)
                 out.extend(self._v(e, made, d) for e in rest[1:])
                 return out
-            if tag == "DD":
-                out = collections.defaultdict(_FACTORIES[rest[0]] if rest[0] is not None else None)
+            if tag == "ar":
+                import array
+
+                if rest[0] not in array.typecodes:
+                    raise ValueError("an array with an unknown type code")
+                out = array.array(rest[0], rest[1] if rest[0] == "u" else [self._number(v) for v in rest[1:]])
+                made.append(out)
+                return out
+            if tag == "DD":  # its factory: a builtin type or a stand-in of the program's (both only callables)
+                factory = None if rest[0] is None else self._v(rest[0], made, d)
+                if factory is not None and not callable(factory):
+                    raise ValueError("a defaultdict factory that cannot be called")
+                out = collections.defaultdict(factory)
                 rest = rest[1:]
             else:
                 out = {"D": dict, "OD": collections.OrderedDict, "Ct": collections.Counter}[tag]()
@@ -262,12 +311,24 @@ class Decoder:
 
             return Fraction(self._int(self._v(rest[0], made, d)), self._int(self._v(rest[1], made, d)))
         if tag == "De":
-            from decimal import Decimal
+            import decimal
 
-            return Decimal(str(rest[0]))
+            if len(rest) == 3:  # the program's own context: the test's arithmetic on it runs under it, as there
+                ctx = decimal.getcontext()
+                if type(rest[1]) is not int or not 1 <= rest[1] <= 100000 or rest[2] not in _ROUNDINGS:
+                    raise ValueError("a malformed decimal context")
+                ctx.prec, ctx.rounding = rest[1], rest[2]
+            return decimal.Decimal(str(rest[0]))
         if tag in ("dt", "ti"):
             cls = datetime.datetime if tag == "dt" else datetime.time
             v = cls.fromisoformat(rest[0])
+            if len(rest) > 2 and isinstance(rest[2], str):  # a named zone (zoneinfo's own lookup checks the key)
+                import zoneinfo
+
+                try:
+                    return v.replace(tzinfo=zoneinfo.ZoneInfo(rest[2]))
+                except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+                    pass  # unknown here: the fixed offset it had
             return v if rest[1] is None else v.replace(
                 tzinfo=datetime.timezone(datetime.timedelta(seconds=float(rest[1]))))
         if tag == "da":
@@ -278,11 +339,20 @@ class Decoder:
             cls = self.klass(rest[0])
             if not (isinstance(cls, type) and _is_namedtuple(cls)):  # nothing but a namedtuple is built here
                 raise ValueError("a namedtuple whose class is not one")
-            return cls(*(self._v(e, made, d) for e in rest[1:]))
+            values = tuple(self._v(e, made, d) for e in rest[1:])
+            if len(values) != len(cls._fields):
+                raise ValueError("a namedtuple with another number of fields")
+            return tuple.__new__(cls, values)
         if tag == "K":
             return self.klass(rest[0])
         if tag == "bt":
             return BUILTIN_TYPES[rest[0]]
+        if tag in ("ns", "nd"):
+            return self._numpy(tag, rest, made, d)
+        if tag == "J":
+            if self.foreign is None or type(rest[0]) is not int or rest[1] not in ("f", "i"):
+                raise ValueError("a malformed callback")
+            return self.foreign(rest[0], rest[1])
         if tag == "dk":
             return dict.fromkeys(self._v(e, made, d) for e in rest).keys()
         if tag == "dv":
@@ -296,7 +366,40 @@ class Decoder:
             out = self.remote(rest[0], rest[1])
             made.append(out)
             return out
+        if tag == "SV":
+            k = len(made)
+            made.append(None)  # its number, taken before its value's
+            value = self._v(rest[2], made, d)
+            if type(value) not in PLAIN_BASES:
+                raise ValueError("a subclass value of no plain type")
+            out = made[k] = self.remote(rest[0], rest[1], value)
+            return out
         raise ValueError(f"unknown tag {tag!r}")
+
+    def _numpy(self, tag: str, rest: list, made: list, d: int):
+        """A numpy scalar or array of numbers, built here with numpy (where it is installed)."""
+        try:
+            import numpy as np
+        except ImportError:
+            raise ValueError("a numpy value where numpy is not installed") from None
+        dt = np.dtype(str(rest[0]))
+        if dt.kind not in _NUMPY_KINDS or dt.itemsize > 32:
+            raise ValueError("a numpy value of a type that does not travel")
+        if tag == "ns":
+            return dt.type(self._v(rest[1], made, d))
+        shape = rest[1]
+        if not isinstance(shape, list) or len(shape) > 32 or not all(type(n) is int and n >= 0 for n in shape):
+            raise ValueError("a malformed array shape")
+        values = [self._v(e, made, d) for e in rest[2:]]
+        if math.prod(shape) != len(values):
+            raise ValueError("an array whose shape does not hold its values")
+        return np.array(values, dtype=dt).reshape(shape)
+
+    @staticmethod
+    def _number(v):
+        if type(v) not in (int, float):
+            raise ValueError("not a number")
+        return v
 
     @staticmethod
     def _int(v) -> int:

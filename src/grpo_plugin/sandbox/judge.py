@@ -38,6 +38,7 @@ _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
 # constructors store their arguments and nothing more (every other class of the program's is a stand-in)
 BUILTIN_EXCEPTIONS = {name: obj for name, obj in vars(builtins).items()
                       if isinstance(obj, type) and issubclass(obj, BaseException)}
+_BUILTIN_BASES = {**BUILTIN_EXCEPTIONS, **{t.__name__: t for t in codec.PLAIN_BASES}}
 AHEAD_MOST, AHEAD_BYTES = 256, 1 << 20  # calls sent ahead at once, and the size of their arguments
 # value types tests compare with and often use without importing them (they came with the reference solution's
 # imports): always the standard library's, whatever the program binds to these names
@@ -55,9 +56,11 @@ class Program:
     def __init__(self, fd: int, value_bytes: int, job_bytes: int):
         self.fd, self.value_bytes = fd, value_bytes
         self.channel = child.Channel(fd)
-        self.decoder = codec.Decoder(self.remote, self.klass, job_bytes)
-        self.encoder = codec.Encoder(self.handle_of, self.describe_for_program)
+        self.decoder = codec.Decoder(self.remote, self.klass, job_bytes, self.kept_here)
+        self.encoder = codec.Encoder(self.handle_of, self.describe_for_program, self.keep_here)
+        self.callbacks: list = []  # what a test passed into the program that runs here (a lambda, an iterator)
         self.classes: dict[int, type] = {}  # class handle -> stand-in
+        self.stand_ins: dict[int, object] = {}  # object handle -> its stand-in (the program keeps its objects)
         self.descs: dict[int, dict] = {}
         self.directory: dict[str, object] = {}  # the program's functions and classes as it ran (sent with ready)
         self.asked = False  # a request other than `get` went out: the program may have rebound its names
@@ -125,7 +128,48 @@ class Program:
         raise ProgramFailed(f"an unexpected reply {kind!r}")
 
     def read(self) -> tuple:
-        """The next reply: (kind, payload, whether the program goes on running calls sent ahead)."""
+        """The next reply: (kind, payload, whether the program goes on running calls sent ahead). Callbacks the
+        program makes meanwhile (it calls a function or iterator the test passed it) are run here first."""
+        kind, payload, more = self.read_one()
+        while kind == "cb":
+            self.callback(payload)
+            kind, payload, more = self.read_one()
+        return kind, payload, more
+
+    def callback(self, payload) -> None:
+        """Run what the test passed into the program, as the program asks (`f(x)`, `next(it)`), and answer."""
+        try:
+            k, op, args, kwargs = payload
+            target = self.kept_here(k, "f")
+            args, kwargs = self.value(args), self.value(kwargs)
+            if not isinstance(args, list) or not isinstance(kwargs, dict) or op not in ("call", "next"):
+                raise ValueError("a malformed callback")
+            answer = ["cbret", "ok", self.encoder.tree(target(*args, **kwargs) if op == "call" else next(target))]
+        except StopIteration:
+            answer = ["cbret", "stop", None]
+        except (ProgramFailed, RecursionError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the test's function raised: raised in the program, as there
+            answer = ["cbret", "err", [type(exc).__name__, _describe(exc)]]
+        self.send(answer)
+
+    def keep_here(self, obj):
+        """The encoder's hook: a callable or iterator of the test's (not the program's) stays here; the program
+        gets a reference it calls back through."""
+        if isinstance(obj, (Remote, RemoteMeta)) or isinstance(obj, type) and obj in codec.BUILTIN_TYPES.values():
+            return None
+        iterator = hasattr(type(obj), "__next__")
+        if not (iterator or callable(obj)):
+            return None
+        self.callbacks.append(obj)
+        return ["J", len(self.callbacks) - 1, "i" if iterator else "f"]
+
+    def kept_here(self, k, kind):
+        if type(k) is not int or not 0 <= k < len(self.callbacks):
+            raise ValueError("a callback that was never passed")
+        return self.callbacks[k]
+
+    def read_one(self) -> tuple:
         try:
             data = self.channel.recv(self.value_bytes)
         except ValueError as exc:
@@ -210,12 +254,38 @@ class Program:
         return {"h": getattr(cls, "_grpo_class_handle", None), "n": cls.__name__,
                 "nt": list(fields) if isinstance(fields, tuple) else None}
 
-    def remote(self, handle, desc):
+    def remote(self, handle, desc, value=None):
+        """The stand-in of the program's object `handle`: one per object, so `is` holds as in the program (an enum
+        member, None-like sentinels, the same node reached twice). With `value` (an instance of the program's
+        subclass of a plain type): that value, built here, answering as the plain type does."""
         if type(handle) is not int or not isinstance(desc, dict):
             raise ValueError("a malformed object reference")
         cls = self.klass(desc)
-        obj = object.__new__(cls) if not issubclass(cls, BaseException) else BaseException.__new__(cls)
+        obj = self.stand_ins.get(handle)
+        if obj is not None and type(obj) is cls and value is None:
+            return obj
+        if value is not None:
+            base = next((b for b in codec.PLAIN_BASES if issubclass(cls, b)), None)
+            if base is None or not isinstance(value, base):
+                raise ValueError("a subclass value that is not of its class's plain type")
+            if obj is not None and type(obj) is cls:  # the same object again: the same stand-in, as it is now
+                if base in (list, dict, set):
+                    base.clear(obj)
+                    (base.extend if base is list else base.update)(obj, value)
+                    return obj
+                if base.__eq__(obj, value) is True:
+                    return obj
+            if base in (list, dict, set):
+                obj = base.__new__(cls)
+                base.__init__(obj, value)
+            else:
+                obj = base.__new__(cls, value)
+        elif issubclass(cls, BaseException):
+            obj = BaseException.__new__(cls)
+        else:
+            obj = object.__new__(cls)
         object.__setattr__(obj, "_grpo_h", handle)
+        self.stand_ins[handle] = obj
         return obj
 
     def klass(self, desc: dict) -> type:
@@ -231,31 +301,40 @@ class Program:
         if not name.isidentifier():
             name = "ProgramClass"
         nt = desc.get("nt")
-        real = BUILTIN_EXCEPTIONS.get(desc.get("q")) if desc.get("m") == "builtins" and not nt else None
-        if real is not None:  # a built-in exception (or a base of the program's own): the real one, from a closed
-            self.classes[h] = real  # table; no other class is ever looked up by a name the program chose
+        real = _BUILTIN_BASES.get(desc.get("q")) if desc.get("m") == "builtins" and not nt else None
+        if real is not None:  # a built-in exception or plain type (a base of the program's own class): the real
+            self.classes[h] = real  # one, from a closed table; no other class is looked up by a name it chose
             return real
         if nt is not None:
             if not isinstance(nt, list) or not all(isinstance(f, str) and f.isidentifier() for f in nt):
                 raise ValueError("a malformed namedtuple")
-            cls = collections.namedtuple(name, nt, rename=True)
+        if nt is not None and desc.get("m") not in codec.PROGRAM_MODULES:  # a library's (the program's own: a
+            cls = collections.namedtuple(name, nt, rename=True)  # tuple whose fields and methods are asked there)
             cls._grpo_class_handle = h
             self.classes[h] = cls
             return cls
         bases = [self.klass(b) for b in desc.get("b") or []][:16]
-        bases = [b for b in bases if issubclass(b, Remote) or issubclass(b, BaseException)]
+        bases = [b for b in bases if issubclass(b, (Remote, BaseException, *codec.PLAIN_BASES))]
         if desc.get("e") and not any(issubclass(b, BaseException) for b in bases):
             bases.append(Exception)
-        if not any(issubclass(b, Remote) for b in bases):
+        if any(issubclass(b, codec.PLAIN_BASES) for b in bases):  # the plain type answers first (==, len, [])
+            bases = [b for b in bases if issubclass(b, codec.PLAIN_BASES)][:1] + [Remote]
+        elif not any(issubclass(b, Remote) for b in bases):
             bases.insert(0, Remote)
         try:
-            cls = RemoteMeta(name, tuple(bases), {"_grpo_class_handle": h, "_grpo_program": self,
-                                                  "__module__": str(desc.get("m"))})
+            cls = RemoteMeta(name, tuple(bases), self.namespace(h, desc))
         except TypeError:  # an inconsistent order of bases: the stand-in keeps the first
-            cls = RemoteMeta(name, (bases[0],), {"_grpo_class_handle": h, "_grpo_program": self,
-                                                  "__module__": str(desc.get("m"))})
+            cls = RemoteMeta(name, (bases[0],), self.namespace(h, desc))
         self.classes[h] = cls
         return cls
+
+    def namespace(self, h: int, desc: dict) -> dict:
+        ns = {"_grpo_class_handle": h, "_grpo_program": self, "__module__": str(desc.get("m")),
+              "__doc__": _Asked("__doc__")}
+        for name in desc.get("o") or ():  # special methods the program's subclass of a plain type defines
+            if name in codec.OVERRIDABLE:
+                ns[name] = _OVERRIDES.get(name) or _binary(name)
+        return ns
 
     def exception(self, payload) -> BaseException:
         try:
@@ -286,17 +365,34 @@ def _mutable(x) -> bool:
     return isinstance(x, (list, dict, set, bytearray, collections.deque))
 
 
-def _sync(orig, new) -> None:
-    """Make `orig` (the test's argument) hold what the program left in its copy."""
+def _sync(orig, new, depth: int = 0) -> None:
+    """Make `orig` (the test's argument) hold what the program left in its copy, in place all the way down: a
+    list or dict inside it that the program changed in place is changed in place here too (the test may hold it
+    under another name), one it replaced is replaced."""
     if orig is new or not _mutable(orig) or type(new) is not type(orig) and not (
             isinstance(orig, dict) and isinstance(new, dict)):
         return
-    if isinstance(orig, (list, bytearray)):
+    if isinstance(orig, list) and len(orig) == len(new) and depth < codec.MAX_DEPTH:
+        for k, (o, n) in enumerate(zip(orig, new)):
+            if _mutable(o) and type(o) is type(n):
+                _sync(o, n, depth + 1)
+            else:
+                orig[k] = n
+    elif isinstance(orig, (list, bytearray)):
         orig[:] = new
     elif isinstance(orig, collections.deque):
         orig.clear()
         orig.extend(new)
-    else:  # dict, set
+    elif isinstance(orig, dict) and depth < codec.MAX_DEPTH:
+        for key in [key for key in orig if key not in new]:
+            del orig[key]
+        for key, n in new.items():
+            o = orig.get(key)
+            if _mutable(o) and type(o) is type(n) and key in orig:
+                _sync(o, n, depth + 1)
+            else:
+                orig[key] = n
+    else:  # set
         orig.clear()
         orig.update(new)
 
@@ -310,9 +406,65 @@ class RemoteMeta(type):
         return cls._grpo_program.call(cls._grpo_class_handle, args, kwargs)
 
     def __getattr__(cls, name):
-        if name.startswith("_grpo") or name.startswith("__"):
+        if name.startswith("_grpo") or name.startswith("__") and name not in _ASKED_DUNDERS:
             raise AttributeError(name)
         return cls._grpo_program.value(cls._grpo_program.request("attr", cls._grpo_class_handle, name))
+
+    def _grpo_class_op(cls, name, *args):
+        program = cls._grpo_program
+        return program.value(program.request("op", cls._grpo_class_handle, name, program.encoder.tree(list(args))))
+
+    def __getitem__(cls, key):  # an enum's members by name: Color["RED"]
+        return cls._grpo_class_op("getitem", key)
+
+    def __iter__(cls):  # list(Color)
+        return iter(cls._grpo_class_op("list"))
+
+    def __len__(cls):
+        n = cls._grpo_class_op("len")
+        if type(n) is not int or n < 0:
+            raise TypeError("len() of the program's class is not an int")
+        return n
+
+
+# special attributes a test reads of a program's function or object, asked of the program's process
+_ASKED_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__wrapped__", "__annotations__",
+                            "__defaults__", "__kwdefaults__"})
+
+
+class _Asked:
+    """A class attribute the stand-in's own class would answer (`__doc__`): for an instance, asked of the program."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return cls._grpo_program.value(cls._grpo_program.request("attr", cls._grpo_class_handle, self.name))
+        return Remote.__getattr__(obj, self.name)
+
+
+def _binary(name: str):
+    def op(self, other):
+        return self._grpo_binary(name, other)
+
+    op.__name__ = name
+    return op
+
+
+def _format(self, spec):
+    s = self._grpo_op("format", spec)
+    if not isinstance(s, str):
+        raise TypeError("format() of the program's object is not a str")
+    return s
+
+
+_OVERRIDES = {"__neg__": lambda self: self._grpo_op("__neg__"), "__pos__": lambda self: self._grpo_op("__pos__"),
+              "__abs__": lambda self: self._grpo_op("__abs__"), "__format__": _format,
+              "__missing__": lambda self, key: self._grpo_op("missing", key),
+              "__str__": lambda self: Remote.__str__(self), "__repr__": lambda self: Remote.__repr__(self),
+              "__getitem__": lambda self, key: Remote.__getitem__(self, key),
+              "__len__": lambda self: Remote.__len__(self), "__iter__": lambda self: Remote.__iter__(self)}
 
 
 class Remote:
@@ -329,7 +481,7 @@ class Remote:
         return type(self)._grpo_program, object.__getattribute__(self, "_grpo_h")
 
     def __getattr__(self, name):
-        if name.startswith("__") or name.startswith("_grpo"):
+        if name.startswith("__") and name not in _ASKED_DUNDERS or name.startswith("_grpo"):
             raise AttributeError(name)
         program, h = self._grpo()
         if h is None:
@@ -479,7 +631,20 @@ class Remote:
         return n
 
     def __bool__(self):
-        return True  # as an object without __bool__: a program's object never decides a test's truth
+        """As in the program (`not stack` on an empty one): a truth the program states is no more than a value it
+        returns (`False`, `[]`) would be."""
+        if self._grpo()[1] is None:
+            return True
+        b = self._grpo_op("bool")
+        if type(b) is not bool:
+            raise TypeError("bool() of the program's object is not a bool")
+        return b
+
+    def __copy__(self):
+        return self._grpo_op("copy")
+
+    def __deepcopy__(self, memo):
+        return self._grpo_op("deepcopy")
 
     def __iter__(self):
         it = self._grpo_op("iter")
