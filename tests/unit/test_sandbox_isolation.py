@@ -369,3 +369,38 @@ def test_dict_views_and_builtin_types_travel_as_values():
             assert got == value and all(g is v for g, v in zip(got, value))
         else:
             assert type(got) is type(value) and list(got) == list(value) and bool(got) == bool(value)
+
+
+def test_a_programs_dev_shm_is_its_own_and_mounts_stay_refused(sb):
+    """A program that uses multiprocessing gets its scratch directory as its /dev/shm (its own mount namespace, made
+    before it is confined): a sibling sees nothing of it, and neither can make a mount or a namespace itself."""
+    pool = StdioSuite(textwrap.dedent("""
+        import multiprocessing, os, time
+        with multiprocessing.Pool(2) as p:
+            print(sum(p.map(abs, [-1, -2, 3])))
+        open('/dev/shm/mark', 'w').write('x')
+        print(os.path.exists('mark'))
+        time.sleep(1)
+        """), [("", "6 True")])
+    probe = StdioSuite(textwrap.dedent("""
+        import os, ctypes, time
+        libc = ctypes.CDLL(None, use_errno=True)
+        time.sleep(0.4)
+        got = []
+        try:
+            got.append(os.listdir('/dev/shm'))
+        except OSError:
+            pass
+        if libc.unshare(0x00020000) == 0:
+            got.append('unshare')
+        if libc.mount(b'.', b'/dev/shm', None, 4096, None) == 0:
+            got.append('mount')
+        try:
+            open('/dev/shm/x', 'w')
+            got.append('wrote /dev/shm')
+        except OSError:
+            pass
+        print(got or 'none')
+        """), [("", "none")])
+    res = run_checked(sb, [pool, probe])
+    assert [r.passed for r in res] == [[True], [True]], [r.detail for r in res]

@@ -135,6 +135,9 @@ class Service:
              "m": module if isinstance(module, str) else None,
              "e": isinstance(cls, type) and issubclass(cls, BaseException),
              "nt": list(cls._fields) if codec._is_namedtuple(cls) else None}
+        dataclasses = sys.modules.get("dataclasses")
+        if dataclasses is not None and isinstance(cls, type) and dataclasses.is_dataclass(cls):
+            d["dc"] = [f.name for f in dataclasses.fields(cls)]  # asdict(), fields() in a test
         if isinstance(cls, type) and issubclass(cls, codec.PLAIN_BASES) and cls.__module__ in codec.PROGRAM_MODULES:
             # the program's subclass of a plain type: the special methods it defines over the plain type's own
             # (a judge asks these of it; never __eq__, ordering, __contains__ or __hash__: codec.OVERRIDABLE)

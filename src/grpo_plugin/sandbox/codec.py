@@ -162,13 +162,13 @@ class Encoder:
 PLAIN_BASES = (int, float, str, bytes, tuple, list, dict, set, frozenset)
 _NUMPY_KINDS = frozenset("biufc")  # numpy values that travel: booleans and numbers, scalars and arrays
 PROGRAM_MODULES = frozenset({"solution", "__main__"})  # where a program's own classes are defined
-# special methods of a program's subclass of a plain type that the judge asks of the program (its arithmetic, its
-# text, its lookups); equality, ordering, membership and hashing stay the plain type's: a lying one would decide a
-# test's comparison
+# special methods of a program's subclass of a plain type that the judge asks of the program: what makes a new
+# value (arithmetic), its text, a dict's default for a missing key. What the value IS stays the plain type's
+# (equality, ordering, membership, hashing, length, items, iteration): one the program answered apart from its
+# value would decide a test's comparison (a list equal to everything, or of length 3 holding nothing)
 OVERRIDABLE = frozenset({f"__{p}{o}__" for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
                                                  "and", "or", "xor", "lshift", "rshift") for p in ("", "r")} | {
-    "__neg__", "__pos__", "__abs__", "__str__", "__repr__", "__format__", "__missing__", "__getitem__", "__len__",
-    "__iter__"})
+    "__neg__", "__pos__", "__abs__", "__str__", "__repr__", "__format__", "__missing__"})
 _VIEW_TAGS = {type({}.keys()): "dk", type({}.values()): "dv", type({}.items()): "di"}
 # the builtin types a value may name (`key=int`, `isinstance(x, str)` arguments, a function returning `float`): a
 # closed table, looked up by name on either side; any other class is the program's and stays a stand-in

@@ -209,6 +209,18 @@ def mount_tmpfs(path: str, size_bytes: int, inodes: int) -> None:
     _check(_MOUNT(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts), f"mount {path}")
 
 
+CLONE_NEWNS = 0x00020000
+
+
+def private_shm(scratch: str) -> None:
+    """This process in a mount namespace of its own whose /dev/shm is its scratch directory: POSIX semaphores and
+    shared memory (multiprocessing's locks and queues) are files of its own scratch, under its own quota and
+    Landlock rule; no other process sees them. Done by a program's process before it is confined (it still holds
+    the template's capabilities)."""
+    unshare(CLONE_NEWNS)
+    _check(_MOUNT(scratch.encode(), b"/dev/shm", None, MS_BIND, None), "bind its scratch directory on /dev/shm")
+
+
 def hide_processes() -> None:
     """The jail's /proc remounted so that each user sees only its own processes (hidepid=invisible; the fork
     server's group, 0, sees all: it reads its programs' scheduling statistics): a program learns nothing of the

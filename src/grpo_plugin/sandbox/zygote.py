@@ -28,6 +28,7 @@ import gc
 import json
 import marshal
 import os
+import re
 import select
 import sys
 import time
@@ -70,6 +71,8 @@ def _judge():
 PRELOAD = ("math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string", "typing", "json",
            "operator", "copy", "enum", "datetime", "unicodedata", "array", "io", "struct", "_sitebuiltins")
 OUT_READ_CAP = 1024  # diagnostics kept per job (stderr)
+# programs that may need a /dev/shm (POSIX semaphores: multiprocessing's locks and pools): each gets its own
+_SHM_USERS = re.compile(r"multiprocessing|concurrent\.futures|\bshared_memory\b")
 OTHERS_MOST = 4  # programs beside one on its core whose turns count towards its time limit (host.default_workers)
 
 
@@ -229,11 +232,13 @@ class Zygote:
                 os.chdir("/")
                 judge.serve(_socket.socket(fileno=3), 4, limits)
             else:
-                mode, start, end, nonce, scratch, cpu, program, slot = rest
+                mode, start, end, nonce, scratch, cpu, program, slot, shm = rest
                 limits["cpu_s"] = cpu
                 report = fds[3] if mode == "stdio" else fds[4]
                 if ruleset == -2:
                     raise OSError("no Landlock ruleset for this scratch directory")
+                if shm:
+                    confine.private_shm(scratch)
                 confine.confine(confine.program_uid(slot) if self.uids else None, ruleset, fds, limits)
                 report = 3 if mode == "stdio" else 4
                 child.prepare_interpreter(scratch)
@@ -418,7 +423,7 @@ class Zygote:
                 # 0 /dev/null, 1 stdout, 2 stderr, 3 status, 4.. inputs
                 fds = [null, out_w, err_w, w_w, *inputs]
                 payload = marshal.dumps(("program", "stdio", start, end, nonce, self.slots[slot], cpu, program,
-                                          slot))
+                                          slot, _SHM_USERS.search(job["code"]) is not None))
                 forker.spawn(payload, fds, slot)
                 forker.starting.append((run, "program"))
             else:
@@ -427,7 +432,7 @@ class Zygote:
                 rc, rj = theirs[-2], theirs[-1]
                 # the program: 0 /dev/null, 1-2 diagnostics, 3 its end of the socket, 4 setup status
                 payload = marshal.dumps(("program", job["mode"], start, end, nonce, self.slots[slot], cpu, program,
-                                          slot))
+                                          slot, _SHM_USERS.search(job["code"]) is not None))
                 forker.spawn(payload, [null, out_w, out_w, rc, w_w], slot)
                 forker.starting.append((run, "program"))
                 # the slot's judge (started when the slot first needs one, or after the last was replaced)
