@@ -166,15 +166,15 @@ def test_a_stdio_program_with_more_tests_than_one_child_takes(sandbox):
 
 
 def test_stdio_tests_are_grouped_by_input_size():
-    from grpo_plugin.sandbox.zygote import Zygote
+    from grpo_plugin.sandbox.forkserver_runs import stdio_units
 
     job = {"tests": [{"input": "x" * n} for n in (5, 5, 5, 12, 1)]}
-    assert [(a, b) for _, a, b in Zygote.stdio_units(job, most_input=10)] == [(0, 2), (2, 3), (3, 4), (4, 5)]
-    assert [(a, b) for _, a, b in Zygote.stdio_units(job)] == [(0, 5)]
+    assert [(a, b) for _, a, b in stdio_units(job, most_input=10)] == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    assert [(a, b) for _, a, b in stdio_units(job)] == [(0, 5)]
     # at most `most_tests` per child (each test's input is a descriptor passed to it)
     many = {"tests": [{"input": "1"}] * 450}
-    assert [(a, b) for _, a, b in Zygote.stdio_units(many)] == [(0, 200), (200, 400), (400, 450)]
-    assert Zygote.stdio_units({"tests": []}) == []
+    assert [(a, b) for _, a, b in stdio_units(many)] == [(0, 200), (200, 400), (400, 450)]
+    assert stdio_units({"tests": []}) == []
 
 def test_stdout_comparison_can_be_exact_and_time_limits_come_from_the_row(sandbox):
     code = "print('1.0000001  2')\n"

@@ -36,7 +36,7 @@ def naive_passes(code: str, test: str, timeout: float = 10) -> bool:
 def left_in_scratch(sandbox) -> list[str]:
     """What programs left in the fork server's scratch slots (one per program running at once; each holds the
     fresh, empty directory of its next program and nothing else)."""
-    root = f"/proc/{sandbox.zygote_pid}/root/grpo/scratch"  # the jail's tmpfs, seen through the fork server
+    root = f"/proc/{sandbox.fork_server_pid}/root/grpo/scratch"  # the jail's tmpfs, seen through the fork server
     left = []
     for slot in os.listdir(root):
         dirs = os.listdir(os.path.join(root, slot))
@@ -167,7 +167,7 @@ def test_cannot_signal_its_parents(sandbox):
     """Its parent is outside its PID namespace: getppid() is 0, and no pid names the fork server."""
     res = one(sandbox, "import os, signal\nppid = os.getppid()\nos.kill(ppid, signal.SIGKILL)\n", ["assert ppid == 0"])
     assert res.passed == [True], res
-    assert psutil.pid_exists(sandbox.template_pid) and psutil.pid_exists(sandbox.zygote_pid)
+    assert psutil.pid_exists(sandbox.template_pid) and psutil.pid_exists(sandbox.fork_server_pid)
     assert one(sandbox, "x = 1\n", ["assert x == 1"]).passed == [True]  # the fork server still serves
 
 
@@ -262,12 +262,12 @@ def test_killing_its_parent_breaks_a_naive_harness_but_not_the_sandbox(sandbox):
 
 def test_a_machine_without_isolation_is_refused_with_what_to_do(monkeypatch, tmp_path):
     """Fault injected: a fork server that reports it could not create a network namespace."""
-    import grpo_plugin.sandbox.host as host
+    import grpo_plugin.sandbox.client as client
     from grpo_plugin.sandbox import SandboxUnavailable
 
-    stub = tmp_path / "zygote.py"
+    stub = tmp_path / "forkserver.py"
     stub.write_text("import json\nprint(json.dumps({'error': 'no network isolation: unshare failed (EPERM)'}))\n")
-    monkeypatch.setattr(host, "ZYGOTE", stub)
+    monkeypatch.setattr(client, "FORK_SERVER", stub)
     with pytest.raises(SandboxUnavailable, match=r"unshare failed \(EPERM\).*unprivileged_userns_clone"):
         Sandbox()
 
@@ -429,7 +429,7 @@ def test_names_the_program_rebinds_during_a_call_are_looked_up_again(sandbox):
 
 
 def test_a_forged_first_reply_fails_only_its_own_program(sandbox):
-    forge = ("import sys\nsvc = sys.modules['child'].Service\n"
+    forge = ("import sys\nsvc = sys.modules['program'].Service\n"
              "svc.directory = lambda self: {'add': ['Z', 1]}\ndef add(a, b):\n    return a + b\n")
     res = sandbox.run([(forge, TESTS), ("def add(a, b):\n    return a + b\n", TESTS)])
     assert res[0].passed == [False, False] and "unreadable first reply" in res[0].detail[0], res[0]
@@ -438,7 +438,7 @@ def test_a_forged_first_reply_fails_only_its_own_program(sandbox):
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: nothing to place")
 def test_a_program_and_its_judge_run_on_one_core_and_programs_spread_over_the_cores(sandbox):
-    """They call each other in turn: on one core each call is a plain switch (sandbox/zygote.py Cores)."""
+    """They call each other in turn: on one core each call is a plain switch (sandbox/forkserver_slots.py Cores)."""
     code = "import os\nCORES = sorted(os.sched_getaffinity(0))\n"
     allowed = sorted(os.sched_getaffinity(0))
     tests = ["assert len(CORES) == 1", "import os\nassert sorted(os.sched_getaffinity(0)) == CORES"]  # the judge's
@@ -465,7 +465,8 @@ def test_large_modules_programs_rarely_use_are_not_loaded_in_the_fork_server_and
     """Every fork copies the page tables of what the template holds: `ast`, `ctypes`, `socket`, `fractions`,
     `decimal` are not loaded there (the sandbox uses the C halves of ctypes and socket), nor the judges' code; a
     program imports them."""
-    names = ("ast", "ctypes", "socket", "selectors", "fractions", "decimal", "judge")  # judge.py: the judges' own
+    names = ("ast", "ctypes", "socket", "selectors", "fractions", "decimal", "judge", "judge_link", "judge_stand_ins",
+             "forkserver_plan")  # judge*.py: the judges' own; forkserver_plan.py: the server's, after the fork
     code = (f"import sys\nloaded = [m for m in {names!r} if m in sys.modules]\n"
             "import ast, ctypes, socket, fractions, decimal\n"
             "def f():\n    return fractions.Fraction(1, 3) + 1, decimal.Decimal('0.1'), ctypes.sizeof(ctypes.c_int)\n")
@@ -564,10 +565,10 @@ def test_a_virtualenv_under_tmp_stays_visible_in_the_jail():
 
 
 def test_the_warm_up_answers_every_request_and_leaves_the_process_as_it_was(tmp_path):
-    """The fork server's warm-up (child.warm_up) takes a program through the service's answers before the template is
+    """The fork server's warm-up (program.warm_up) takes a program through the service's answers before the template is
     forked: every request answered as a program's process would (the last asks for a missing name: an error), and
     the fork server's working directory and environment put back (no program module left)."""
-    from grpo_plugin.sandbox import child
+    from grpo_plugin.sandbox import program as child
 
     before = (os.getcwd(), dict(os.environ), list(sys.path), list(sys.argv), "solution" in sys.modules)
     kinds = child.warm_up(str(tmp_path))
@@ -577,19 +578,19 @@ def test_the_warm_up_answers_every_request_and_leaves_the_process_as_it_was(tmp_
 
 
 def test_a_channel_splits_what_one_read_brings_into_its_messages_and_keeps_the_rest_for_itself():
-    """child.Channel reads a connection's length-prefixed messages, usually one read each: two messages that came in
+    """wire.Channel reads a connection's length-prefixed messages, usually one read each: two messages that came in
     one read are two messages; a message larger than one read is read whole; one past the limit is a ValueError;
     the end of the connection is None; and bytes left over stay with their own connection."""
     import socket
 
-    from grpo_plugin.sandbox import child
+    from grpo_plugin.sandbox import wire
 
     a, b = socket.socketpair()
     c, d = socket.socketpair()
     try:
         a.sendall(b"".join(len(m).to_bytes(4, sys.byteorder) + m for m in (b"one", b"two", b"x" * 200_000)))
         c.sendall((3).to_bytes(4, sys.byteorder) + b"cee")
-        mine, other = child.Channel(b.fileno()), child.Channel(d.fileno())
+        mine, other = wire.Channel(b.fileno()), wire.Channel(d.fileno())
         assert mine.recv(1 << 20) == b"one"
         assert other.recv(1 << 20) == b"cee"
         assert mine.recv(1 << 20) == b"two"
@@ -605,11 +606,11 @@ def test_a_channel_splits_what_one_read_brings_into_its_messages_and_keeps_the_r
 
 
 def test_the_typing_aliases_programs_annotate_with_are_built_once_in_the_fork_server():
-    """child.warm_typing builds the common aliases before the template is forked: a program's `List[int]` or
+    """program.warm_typing builds the common aliases before the template is forked: a program's `List[int]` or
     `Dict[str, int]` is then a hit in typing's cache (nothing built in the program's process)."""
     import typing
 
-    from grpo_plugin.sandbox import child
+    from grpo_plugin.sandbox import program as child
 
     assert child.warm_typing() > 50
     inner = typing._SpecialGenericAlias.__getitem__  # typing's lru cache behind it (3.12: in typing._caches)
@@ -640,10 +641,10 @@ def test_a_seccomp_filter_the_kernel_refuses_stops_the_sandbox_saying_so(monkeyp
 
 
 def test_programs_at_once_default_to_two_per_core_and_six_more_never_past_five_per_core():
-    """A program's time limit credits the time it waited for its core beside up to OTHERS_MOST others (zygote.py
-    waited_for_cpu): more per core could time out a program that needs less than its limit."""
-    from grpo_plugin.sandbox.host import default_workers
-    from grpo_plugin.sandbox.zygote import OTHERS_MOST
+    """A program's time limit credits the time it waited for its core beside up to OTHERS_MOST others
+    (forkserver_runs.py waited_for_cpu): more per core could time out a program that needs less than its limit."""
+    from grpo_plugin.sandbox.client import default_workers
+    from grpo_plugin.sandbox.forkserver_runs import OTHERS_MOST
 
     assert [default_workers(n) for n in (0, 1, 2, 3, 4, 16)] == [5, 5, 10, 12, 14, 38]
     assert all(default_workers(n) <= (OTHERS_MOST + 1) * n for n in range(1, 65))

@@ -399,7 +399,7 @@ def test_reading_outside_leaks_nothing(sb, outside):
             digests[name] = sha(f.read(N_READ))
     own = "own-" + os.urandom(8).hex()
     code = program(READ_BODY, TARGETS=targets, HANDLES={k: file_handle(p) for k, p in targets.items()},
-                   TRAINER=os.getpid(), ZYGOTE=sb.zygote_pid, OWN=own, N=N_READ)
+                   TRAINER=os.getpid(), ZYGOTE=sb.fork_server_pid, OWN=own, N=N_READ)
     attacks = [(f"{r} {t}\n", digests[t]) for t in targets for r in READ_ROUTES]
     sanity = [(f"{r} own\n", sha(own.encode())) for r in READ_SANITY]
     cases = [NATIVE_CASE, *attacks, *sanity]
@@ -1008,7 +1008,7 @@ def test_processes_outside_cannot_be_signalled_traced_or_reprioritised(sb, sleep
     r_fd, w_fd = os.pipe()
     os.set_blocking(r_fd, False)
     templates = {f"template{k or ''}": p for k, p in enumerate(sb.template_pids)}  # one per core
-    pids = {"trainer": os.getpid(), "zygote": sb.zygote_pid, **templates, "sleeper": sleeper.pid}
+    pids = {"trainer": os.getpid(), "zygote": sb.fork_server_pid, **templates, "sleeper": sleeper.pid}
     signals = {"trainer": int(signal.SIGUSR2), "zygote": int(signal.SIGSTOP), "sleeper": int(signal.SIGKILL),
                **dict.fromkeys(templates, int(signal.SIGSTOP))}
     cores = sorted(os.sched_getaffinity(0))
@@ -1051,7 +1051,7 @@ def test_processes_outside_cannot_be_signalled_traced_or_reprioritised(sb, sleep
         (received, f"the trainer received {len(received)} signal(s)"),
         (dog.events, f"stopped or traced: {sorted(dog.events)}"),
         (sleeper.poll() is not None, f"the unrelated process was killed (status {sleeper.returncode})"),
-        (not all(psutil.pid_exists(p) for p in [sb.zygote_pid, *sb.template_pids]), "the fork server was killed"),
+        (not all(psutil.pid_exists(p) for p in [sb.fork_server_pid, *sb.template_pids]), "the fork server was killed"),
         (changed, f"reprioritised (restored now): {changed}"),
         (_SECRET.hex() != secret_before, "the trainer's memory was written"),
         (stolen, f"the program wrote through the trainer's pipe: {stolen!r}"),
@@ -1502,7 +1502,7 @@ def _leftovers(sb: Sandbox, before: set[int], mark: str) -> list[psutil.Process]
     judges_uid = confine.JUDGE_UID if "identity" not in sb.missing else None
     out = {}
     with contextlib.suppress(psutil.Error):
-        for p in psutil.Process(sb.zygote_pid).children(recursive=True):
+        for p in psutil.Process(sb.fork_server_pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 if p.pid not in before and p.uids().real != judges_uid:
                     out[p.pid] = p
@@ -1530,7 +1530,7 @@ def test_no_process_is_left_behind(sb, listeners):
     cases = [NATIVE_CASE] + [(f"{r}\n", "ok") for r in routes]
     before: set[int] = set()
     with contextlib.suppress(psutil.Error):
-        before = {p.pid for p in psutil.Process(sb.zygote_pid).children(recursive=True)}
+        before = {p.pid for p in psutil.Process(sb.fork_server_pid).children(recursive=True)}
     (res,) = run_with_honest(sb, [StdioSuite(code, cases)])
     deadline = time.monotonic() + 10
     left = _leftovers(sb, before, mark)
@@ -1968,7 +1968,7 @@ def build(s):
 specs = json.loads(sys.argv[1])
 sb = Sandbox(Limits(wall_s=2))
 sb.run_suites([AssertSuite("x = 1\n", ["assert x == 1"])])
-print(json.dumps({"zygote": sb.zygote_pid}), flush=True)
+print(json.dumps({"zygote": sb.fork_server_pid}), flush=True)
 sys.stdin.readline()
 t0 = time.monotonic()
 res = sb.run_suites([build(s) for s in specs])

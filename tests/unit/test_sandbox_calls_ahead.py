@@ -1,4 +1,4 @@
-"""Calls sent ahead (judge.Program.send_ahead): the tests that are nothing but one call of the program's function
+"""Calls sent ahead (judge_link.Program.send_ahead): the tests that are nothing but one call of the program's function
 with literals have their calls sent in one request, and the program's process answers each as it ends. What a test
 sees must be exactly what it sees with one round trip per call: the same verdicts, the same details, in the same
 order of the program's state. Checked twice: the judge and the program's service in plain processes, each job run
@@ -12,7 +12,8 @@ import textwrap
 
 import pytest
 
-from grpo_plugin.sandbox import AssertSuite, CallSuite, Limits, Sandbox, child, judge
+from grpo_plugin.sandbox import AssertSuite, CallSuite, Limits, Sandbox, forkserver_plan, judge, judge_link
+from grpo_plugin.sandbox import program as child
 
 LIMITS = {"value_bytes": 16 << 20, "job_bytes": 64 << 20}
 
@@ -22,22 +23,22 @@ def judge_lines(code: str, tests: list[str] | None = None, calls=None, ahead: bo
     """The lines the judge says for one job (no jail: the program's service in a forked process), and how many
     calls each request sent ahead carried."""
     sent: list[int] = []
-    real = judge.Program.send_ahead
+    real = judge_link.Program.send_ahead
 
     def spy(self, batch, most_bytes):
         n = real(self, batch, most_bytes)
         sent.append(n)
         return n
 
-    monkeypatch.setattr(judge.Program, "send_ahead", spy)
+    monkeypatch.setattr(judge_link.Program, "send_ahead", spy)
     monkeypatch.setattr(judge, "AHEAD_MOST", 256 if ahead else 0)
     code = textwrap.dedent(code)
     if calls is not None:
         fn, cases = calls
         job = {"mode": "calls", "fn": fn, "cases": [[list(a), e] for a, e in cases]}
     else:
-        job = {"mode": "asserts", "compiled": [judge.compile_test(t) for t in tests],
-               "imports": judge.program_imports(code)}
+        job = {"mode": "asserts", "compiled": [forkserver_plan.compile_test(t) for t in tests],
+               "imports": forkserver_plan.program_imports(code)}
     n = len(job.get("cases") or job.get("compiled"))
     ours, theirs = socket.socketpair()
     pid = os.fork()
@@ -98,7 +99,7 @@ def get():
 
 def test_which_tests_are_one_call_with_literals():
     def call(src):
-        return judge.call_of(__import__("ast").parse(src))
+        return forkserver_plan.call_of(__import__("ast").parse(src))
 
     assert call("assert f([1, 2.5], 'a', k={1: (2, None)}) == [3]") == ("f", [[1, 2.5], "a"], {"k": {1: (2, None)}})
     assert call("assert f(-1) != -2, 'message'") == ("f", [-1], {})

@@ -81,7 +81,7 @@ def test_the_fork_server_and_its_processes_share_the_interpreters_code_on_huge_p
         assert len(anon_x) == 1, anon_x
         lo, hi = (int(x, 16) for x in anon_x[0].split()[0].split("-"))
         assert hi - lo == sb.huge_text_bytes
-        for pid in (sb.zygote_pid, *sb.template_pids):
+        for pid in (sb.fork_server_pid, *sb.template_pids):
             assert _span_in(pid, lo)["AnonHugePages"] == f"{(hi - lo) >> 10} kB"
         # the same bytes as the library file holds at those addresses in this process (same build, same offsets)
         here = ctypes.cast(ctypes.pythonapi.Py_IncRef, ctypes.c_void_p).value

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from grpo_plugin.sandbox import AssertSuite, CallSuite, Limits, Sandbox, StdioSuite, codec, judge
+from grpo_plugin.sandbox import AssertSuite, CallSuite, Limits, Sandbox, StdioSuite, codec, forkserver_plan, judge_link
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -120,13 +120,14 @@ def test_a_forged_description_builds_nothing_in_the_judge(sb):
 def test_the_decoder_builds_only_namedtuples_and_builtin_exceptions():
     a, b = socket.socketpair()
     try:
-        program = judge.Program(a.fileno(), 1 << 20, 1 << 20)
+        program = judge_link.Program(a.fileno(), 1 << 20, 1 << 20)
         for desc in ({"h": 1, "n": "FunctionType", "q": "FunctionType", "m": "types", "e": True},
                      {"h": 2, "n": "_ANY", "q": "_ANY", "m": "unittest.mock", "e": True},
                      {"h": 3, "n": "CodeType", "q": "CodeType", "m": "types", "e": False}):
-            cls = program.klass(desc)
-            assert issubclass(cls, judge.Remote), desc  # a stand-in, whatever the description says
-        assert program.klass({"h": 4, "n": "KeyError", "q": "KeyError", "m": "builtins", "e": True}) is KeyError
+            cls = program.stand_ins.klass(desc)
+            assert issubclass(cls, judge_link.Remote), desc  # a stand-in, whatever the description says
+        key_error = {"h": 4, "n": "KeyError", "q": "KeyError", "m": "builtins", "e": True}
+        assert program.stand_ins.klass(key_error) is KeyError
         with pytest.raises(ValueError):
             program.value(["NT", {"h": 5, "n": "FunctionType", "q": "FunctionType", "m": "types", "e": True}, 1])
         assert program.value(["NT", {"h": 6, "n": "P", "nt": ["x", "y"]}, 1, 2]) == (1, 2)
@@ -175,8 +176,8 @@ def test_an_import_written_in_a_string_is_no_import(sb):
                            AssertSuite(honest_import, ["assert factorial(5) == 120"]),
                            AssertSuite(nested, ["assert gcd(4, 6) == 2"])])
     assert [r.passed for r in res] == [[False], [True], [True]], [r.detail for r in res]
-    assert judge.program_imports(code) == {}
-    assert judge.program_imports(nested) == {"gcd": ("math", "gcd")}
+    assert forkserver_plan.program_imports(code) == {}
+    assert forkserver_plan.program_imports(nested) == {"gcd": ("math", "gcd")}
 
 
 # ---- one program never changes another's verdict --------------------------------------------------------------

@@ -1,11 +1,14 @@
 """Values between a program's process and its judge (standard library only: both run inside the jail).
 
 A value is plain JSON with tagged lists for everything JSON lacks: `["L", ...]` a list, `["T", ...]` a tuple,
-`["D", k, v, ...]` a dict, the stdlib value types code returns (`Fraction`, `Decimal`, `datetime`, `date`, `time`,
-`timedelta`, `deque`, `Counter`, `OrderedDict`, `defaultdict`, namedtuples, `frozenset`, `complex`, `bytes`,
-`bytearray`, `range`, big ints, dict views, the builtin types by name), `["@", k]` the k-th container already sent (aliasing and cycles survive the trip),
-and `["O", handle, class]` an object the program's process keeps (an instance of the program's own class, a
-function, a generator): the judge gets a stand-in that forwards what it is asked to the program's process.
+`["D", k, v, ...]` a dict, the stdlib value types code returns (`Fraction`, `Decimal` with the program's context,
+`datetime` with its zone's name, `date`, `time`, `timedelta`, `deque`, `Counter`, `OrderedDict`, `defaultdict` with
+its factory, namedtuples, `frozenset`, `complex`, `bytes`, `bytearray`, `range`, `array.array`, big ints, dict views,
+numpy numbers), the builtin types by name (`["bt", "int"]`), `["@", k]` the k-th container already sent (aliasing
+and cycles survive the trip), `["O", handle, class]` an object the program's process keeps (an instance of the
+program's own class, a function, a generator: the judge gets a stand-in that forwards what it is asked to the
+program's process), `["SV", handle, class, value]` the program's subclass of a plain type (its value, and the
+object for its methods), and `["J", k, kind]` a function or iterator of the test's that the program calls back.
 
 `Encoder` runs in the program's process (it may be fooled there: the program owns that process; whatever it sends
 is simply what the program returned). `Decoder` runs in the judge and treats every byte as untrusted: a malformed,
@@ -21,7 +24,8 @@ import math
 import sys
 
 MAX_DEPTH = 200
-_MUTABLE_TAGS = frozenset({"L", "D", "S", "Y", "dq", "Ct", "OD", "DD", "ar"})  # ("SV" numbers itself too)  # numbered in the order they are met
+# numbered in the order they are met (and "SV", which numbers itself)
+_MUTABLE_TAGS = frozenset({"L", "D", "S", "Y", "dq", "Ct", "OD", "DD", "ar"})
 _INT_JSON = 1 << 62  # larger ints travel as hex (json's decimal conversion is capped at 4300 digits)
 
 
@@ -99,7 +103,7 @@ class Encoder:
         if t is range:
             return ["R", self._t(x.start, memo, keep, d), self._t(x.stop, memo, keep, d),
                     self._t(x.step, memo, keep, d)]
-        # fractions and decimal are not loaded until a program imports them (zygote.PRELOAD): the names first
+        # fractions and decimal are not loaded until a program imports them (forkserver.PRELOAD): the names first
         if t.__name__ == "Fraction" and t is getattr(sys.modules.get("fractions"), "Fraction", None):
             return ["Fr", self._t(x.numerator, memo, keep, d), self._t(x.denominator, memo, keep, d)]
         if t.__name__ == "Decimal" and t is getattr(sys.modules.get("decimal"), "Decimal", None):

@@ -26,7 +26,7 @@ import struct
 
 try:
     from . import libc
-except ImportError:  # in the fork server: a top-level module beside zygote.py
+except ImportError:  # in the jail: a top-level module beside forkserver.py
     import libc
 
 # resolved once, in the fork server; the same in every forked process
@@ -275,10 +275,7 @@ def fork_in_new_pid_namespace(pidns_fd: int, bare: bool = False) -> int:
     unshare(CLONE_NEWPID)
     pid = -1
     try:
-        if bare:
-            pid = fork_bare()
-        else:
-            pid = os.fork()
+        pid = fork_bare() if bare else os.fork()
         return pid
     finally:
         if pid != 0:  # not in the child: it may not (and need not) go back, and a failed call costs it ~10 us

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 try:
     from . import libc as _c
-except ImportError:  # in the fork server: a top-level module beside zygote.py
+except ImportError:  # in the jail: a top-level module beside forkserver.py
     import libc as _c
 
 HUGE = 2 << 20

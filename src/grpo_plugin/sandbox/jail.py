@@ -11,9 +11,9 @@ process its identity; every process it starts drops them all (confine.py).
 
 Identities: where the trainer runs as root, the jail's user namespace maps 65533 for judges and a range of ids for
 programs, one per scratch slot (confine.program_uid), so a program is a different user from everything else (the
-trainer, the judges and the programs running beside it) in the kernel's eyes. An unprivileged trainer can map only its own id: programs then share it inside their own namespaces (what
-that leaves open is in docs/code.md), and the sandbox refuses to start unless `GRPO_SANDBOX_ACCEPT_MISSING`
-names `identity`.
+trainer, the judges and the programs running beside it) in the kernel's eyes. An unprivileged trainer can map only
+its own id: programs then share it inside their own namespaces (what that leaves open is in docs/code.md), and the
+sandbox refuses to start unless `GRPO_SANDBOX_ACCEPT_MISSING` names `identity`.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def bwrap_path() -> str:
 
 # The template's own calls, which the filter lets through and nothing else like them: `unshare` of a PID namespace
 # (each child is PID 1 of a new one) or a mount namespace (a program that uses multiprocessing gets its scratch
-# directory as its /dev/shm, zygote.py), `setns` back to the template's PID namespace, and a plain bind `mount` (that
+# directory as its /dev/shm, forked.py), `setns` back to the template's PID namespace, and a plain bind `mount` (that
 # /dev/shm). The filter is loaded once, in the template, and every process it forks inherits it; a program or judge
 # process holds no capability (its own uid, or every capability dropped) and the kernel refuses it all three (EPERM)
 # anyway.
@@ -151,8 +151,8 @@ class Jail:
         return [*self.readable, *extra, "/dev/urandom", "/dev/random", "/dev/zero", "/dev/full"]
 
     def prepare_identities(self) -> None:
-        """Root: a user namespace mapping root, the judges' id (65533) and the programs' (one per slot), made by a helper
-        process (the trainer's own namespaces stay as they are); bwrap joins it (`--userns`)."""
+        """Root: a user namespace mapping root, the judges' id (65533) and the programs' (one per slot), made by a
+        helper process (the trainer's own namespaces stay as they are); bwrap joins it (`--userns`)."""
         if not self.root:
             return
         helper = subprocess.Popen(  # noqa: S603

@@ -1,4 +1,4 @@
-"""The sandbox's template process (one per core, pinned to it): forked once from the fork server (zygote.py) when
+"""The sandbox's template process (one per core, pinned to it): forked once from the fork server (forkserver.py) when
 everything a child needs is loaded, it forks a child per request — each one PID 1 of a new PID namespace — and
 collects it when asked, and does nothing else: each page a process writes while children share its memory must be
 copied first (a copy-on-write fault), so the process that forks does as little as possible and never the server's
@@ -15,10 +15,11 @@ import struct
 import sys
 
 try:
-    from . import confine, libc
-except ImportError:  # in the fork server: top-level modules beside zygote.py
+    from . import confine, libc, wire
+except ImportError:  # in the jail: top-level modules beside forkserver.py
     import confine
     import libc
+    import wire
 
 # server -> template: (kind, size of what follows or pid, scratch slot); template -> server: (kind, pid or -errno,
 # wait status)
@@ -60,32 +61,6 @@ def _collect(pid: int, pidfd: int) -> bytes:
     return _ANSWER.pack(b"X", pid, status)
 
 
-def socketpair():
-    """A connected pair of Unix stream sockets (`_socket.socket` objects)."""
-    return _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
-
-
-def send_message(sock, data: bytes, fds=()) -> None:
-    """`data` (with `fds` attached) on a stream socket: one sendmsg in the usual case, the rest of a long message
-    as the socket takes it."""
-    if fds:
-        sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
-    else:
-        sent = sock.send(data)
-    if sent < len(data):
-        sock.sendall(memoryview(data)[sent:])
-
-
-def recv_fds(sock, size: int, most: int) -> tuple[bytes, list[int]]:
-    """Up to `size` bytes from a stream socket, and the descriptors (up to `most`) sent with them."""
-    data, ancillary, _, _ = sock.recvmsg(size, _socket.CMSG_SPACE(most * 4))
-    fds: list[int] = []
-    for level, kind, raw in ancillary:
-        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-            fds += struct.unpack(f"{len(raw) // 4}i", raw[:len(raw) - len(raw) % 4])
-    return data, fds
-
-
 class TemplateGone(Exception):
     pass
 
@@ -99,7 +74,7 @@ class Template:
         before it forks anything (every child inherits it). `core`: the one core this template and every child it
         forks run on (None: any); `others`: the server's sockets to other templates (closed in this one). Spawn
         requests are answered in order."""
-        ours, theirs = socketpair()
+        ours, theirs = wire.socketpair()
         server = os.getpid()
         pid = os.fork()
         if pid == 0:
@@ -132,7 +107,7 @@ class Template:
 
     def _send(self, head: bytes, fds=(), payload: bytes = b"") -> None:
         try:
-            send_message(self.sock, head + payload if payload else head, fds)
+            wire.send_message(self.sock, head + payload if payload else head, fds)
         except OSError as exc:
             raise TemplateGone(f"the template process is gone ({exc})") from None
 
@@ -199,7 +174,7 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
                     send(_collect(dying.pop(fd), fd))
             if sock not in ready:
                 continue
-        head, fds = recv_fds(sock, head_size, 256)
+        head, fds = wire.recv_fds(sock, head_size, 256)
         if len(head) < head_size:
             head += recv(head_size - len(head), waitall) if head else b""
             if len(head) < head_size:  # the server is gone

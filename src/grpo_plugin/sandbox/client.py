@@ -1,4 +1,4 @@
-"""The trainer side of the sandbox: starts the fork server (zygote.py) once, sends it programs, collects verdicts.
+"""The trainer side of the sandbox: starts the fork server (forkserver.py) once, sends it programs, collects verdicts.
 
     sandbox = Sandbox(Limits(wall_s=2, memory_mb=2048))
     results = sandbox.run([(code, ["assert f(1) == 2", ...]), ...])   # one ProgramResult per program
@@ -28,7 +28,7 @@ from grpo_plugin.sandbox import jail as jail_mod
 from grpo_plugin.sandbox.jail import SCRATCH, SCRIPT_DIR, Jail, JailUnavailable, accepted_missing
 from grpo_plugin.sandbox.suites import AssertSuite, ProgramResult, Suite
 
-ZYGOTE = Path(__file__).with_name("zygote.py")
+FORK_SERVER = Path(__file__).with_name("forkserver.py")
 _EXPOSES = {
     "identity": "programs would share the trainer's user id: inside their own namespaces they still see no other "
                 "process and no file outside the jail, but kernel limits counted per user (processes, signals "
@@ -47,9 +47,9 @@ def _layer_missing(layer: str, why: str) -> SandboxUnavailable:
 
 
 def _launch(script_dir: str) -> str:
-    """The fork server's start inside the jail: zygote.py imported as a module (its bytecode cached), its directory
-    then taken off the import path."""
-    return f"import sys; sys.path.insert(0, {script_dir!r}); import zygote as z; del sys.path[0]; z.main()"
+    """The fork server's start inside the jail: forkserver.py imported as a module (its bytecode cached), its
+    directory then taken off the import path."""
+    return f"import sys; sys.path.insert(0, {script_dir!r}); import forkserver as f; del sys.path[0]; f.main()"
 
 
 class SandboxError(RuntimeError):
@@ -63,7 +63,7 @@ class SandboxUnavailable(SandboxError):
 @dataclass(frozen=True)
 class Limits:
     wall_s: float = 2.0  # per test, and for running the program's own code before the tests (+ the time the
-    # program waited for its core while others shared it: zygote.py waited_for_cpu)
+    # program waited for its core while others shared it: forkserver_runs.py waited_for_cpu)
     memory_mb: int = 2048  # address space of each program process (RLIMIT_AS)
     output_kb: int = 1024  # most a program may print per test (stdout), and largest file it may write
     value_kb: int = 16384  # largest value one call into the program may return
@@ -87,7 +87,7 @@ def default_workers(cores: int) -> int:
     fork server (started, collected) another runs on its core, and the server handles more events per wake-up
     (2-core VM, bench batch: 6 slots take ~6% less time than 3, 8 ~3% less than 6, 10 ~2% less than 8; 12 no
     less than 10). At most 5 per core: a program's time limit counts the time it waited for its core beside up to
-    4 others (zygote.py waited_for_cpu). Each slot's program and judge share a core; each program may use
+    4 others (forkserver_runs.py waited_for_cpu). Each slot's program and judge share a core; each program may use
     `Limits.memory_mb`."""
     cores = max(1, cores)
     return min(2 * cores + 6, 5 * cores)
@@ -128,7 +128,7 @@ class Sandbox:
         except JailUnavailable as exc:
             lacking("seccomp", str(exc))
             seccomp = b""
-        jail = Jail.for_this_interpreter(str(ZYGOTE.parent), self.limits.scratch_mb)
+        jail = Jail.for_this_interpreter(str(FORK_SERVER.parent), self.limits.scratch_mb)
         if jail.root:
             try:
                 jail.prepare_identities()
@@ -147,7 +147,7 @@ class Sandbox:
         except JailUnavailable as exc:
             jail.close()
             raise SandboxUnavailable(f"the code sandbox cannot run on this machine: {exc}. {_HELP}") from None
-        jail_mod.compile_modules(str(ZYGOTE.parent))
+        jail_mod.compile_modules(str(FORK_SERVER.parent))
         self._jail = jail
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - as long-lived as the fork server
         self._proc = subprocess.Popen(  # noqa: S603
@@ -191,9 +191,9 @@ class Sandbox:
         self.isolation = " + ".join(layers)
         self.huge_text_bytes = int(msg.get("huge_text", 0))
         self.jail_pid = self._proc.pid  # bwrap, as this process sees it
-        self.zygote_pid = jail_mod.outer_pid(self._proc.pid, msg["pid"]) or -1
+        self.fork_server_pid = jail_mod.outer_pid(self._proc.pid, msg["pid"]) or -1
         self.template_pids = [jail_mod.outer_pid(self._proc.pid, p) or -1 for p in msg["template_pids"]]
-        self.template_pid = self.template_pids[0]  # one per core where there are several (sandbox/zygote.py Cores)
+        self.template_pid = self.template_pids[0]  # one per core where there are several (forkserver_slots.py Cores)
 
     def _stderr_tail(self) -> str:
         try:

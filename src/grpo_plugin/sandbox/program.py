@@ -16,60 +16,16 @@ import builtins
 import collections
 import json
 import os
-import struct
 import sys
 import types
 
 try:
-    from . import codec
-except ImportError:  # in the fork server: a top-level module beside zygote.py
+    from . import codec, wire
+except ImportError:  # in the jail: top-level modules beside forkserver.py
     import codec
+    import wire
 
-_LEN = struct.Struct("=I")
 DIRECTORY_MOST = 64
-
-
-def send(fd: int, data: bytes) -> None:
-    data = _LEN.pack(len(data)) + data
-    while data:
-        data = data[os.write(fd, data):]
-
-
-# one JSON form for every message (an encoder made once: json.dumps with options makes one per call)
-dumps = json.JSONEncoder(separators=(",", ":")).encode
-
-
-class Channel:
-    """The receiving end of one connection's length-prefixed messages: one read takes a whole message in the usual
-    case; bytes a read brought past the message stay here for this connection's next one (never for another
-    connection's: each has its own Channel)."""
-
-    def __init__(self, fd: int):
-        self.fd, self.rest = fd, b""
-
-    def recv(self, most: int) -> bytes | None:
-        """The next message (None when the other end closed first); ValueError past `most` bytes."""
-        buf, self.rest = self.rest, b""
-        while len(buf) < 4:
-            chunk = os.read(self.fd, 65536)
-            if not chunk:
-                return None
-            buf += chunk
-        n = _LEN.unpack_from(buf)[0]
-        if n > most:
-            raise ValueError(f"a message of {n} bytes (most {most})")
-        end = 4 + n
-        if len(buf) < end:
-            chunks, got = [buf], len(buf)
-            while got < end:
-                chunk = os.read(self.fd, min(end - got, 1 << 20))
-                if not chunk:
-                    return None
-                chunks.append(chunk)
-                got += len(chunk)
-            buf = b"".join(chunks)
-        self.rest = buf[end:]
-        return buf[4:end]
 
 
 def _install_exit() -> None:
@@ -104,11 +60,11 @@ def prepare_interpreter(scratch: str) -> None:
 
 # ---- the service a judge calls ------------------------------------------------------------------------------
 class Service:
-    """Answers the judge's requests about the program's namespace `ns` (see judge.py for the requests)."""
+    """Answers the judge's requests about the program's namespace `ns` (see judge_link.py for the requests)."""
 
     def __init__(self, ns: dict, fd: int, most: int):
         self.ns, self.fd, self.most = ns, fd, most
-        self.channel = Channel(fd)
+        self.channel = wire.Channel(fd)
         self.objects: list = []  # handle -> object kept here
         self.handles: dict[int, int] = {}  # id(object) -> handle
         self.classes: dict[int, dict] = {}  # id(class) -> its description
@@ -203,7 +159,7 @@ class Service:
         return out
 
     def reply(self, kind: str, payload, *more) -> None:
-        send(self.fd, dumps([kind, payload, *more]).encode())
+        wire.send(self.fd, wire.dumps([kind, payload, *more]).encode())
 
     def error(self, exc: BaseException, ahead: bool = False) -> bool:
         """Reply with `exc`; `ahead` (a call sent ahead): the reply also says whether the next call is run, which
@@ -480,12 +436,12 @@ def warm_up(scratch: str) -> list[str]:
         exec(compile(_WARM_PROGRAM, "solution.py", "exec"), service.ns)  # noqa: S102 - our own program
         _flush()
         service.reply("ready", service.directory())
-        answers = Channel(ours.fileno())
+        answers = wire.Channel(ours.fileno())
         answers.recv(1 << 20)
         enc = codec.Encoder(None, None).tree
 
         def ask(*req):
-            service.answer(dumps(req).encode())
+            service.answer(wire.dumps(req).encode())
             kind, payload = json.loads(answers.recv(1 << 20).decode())
             kinds.append(kind)
             return payload
@@ -494,7 +450,7 @@ def warm_up(scratch: str) -> list[str]:
         for k in range(12):  # runs enough for the interpreter to specialise what they execute
             ask("call", f, enc([[1, 2, k], k]), enc({"name": "b"}))
         for _ in range(2):  # calls sent ahead (judge.Program.send_ahead): one request, a reply per call
-            service.answer(dumps(["calls", [[f, enc([[1.5, 2.5], k]), enc({})] for k in range(8)]]).encode())
+            service.answer(wire.dumps(["calls", [[f, enc([[1.5, 2.5], k]), enc({})] for k in range(8)]]).encode())
             for _ in range(8):
                 kinds.append(json.loads(answers.recv(1 << 20).decode())[0])
         obj = ask("call", box, enc([[1, 2]]), enc({}))[1][1]  # ["L", ["O", handle, class], arguments after]

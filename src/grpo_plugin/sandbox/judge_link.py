@@ -1,0 +1,258 @@
+"""The judge's connection to its program's process (judge process; standard library only: it runs inside the
+jail): requests (`get`, `call`, `attr`, `op`, ...) and their replies, calls sent ahead of their tests, callbacks into
+what a test passed the program, the arguments a call changed in place. Every byte from the program's process is
+untrusted: a reply is decoded by codec.Decoder under the job's byte budget, into values and stand-ins
+(judge_stand_ins.py)."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+try:
+    from . import codec, wire
+    from .judge_stand_ins import ProgramFailed, Remote, RemoteMeta, StandIns, describe_exception
+except ImportError:  # in the jail: top-level modules beside forkserver.py
+    import codec
+    import wire
+    from judge_stand_ins import ProgramFailed, Remote, RemoteMeta, StandIns, describe_exception
+
+
+class Program:
+    """The program's process, as the judge asks it."""
+
+
+    def __init__(self, fd: int, value_bytes: int, job_bytes: int):
+        self.fd, self.value_bytes = fd, value_bytes
+        self.channel = wire.Channel(fd)
+        self.stand_ins = StandIns(self)
+        self.decoder = codec.Decoder(self.stand_ins.remote, self.stand_ins.klass, job_bytes, self.kept_here)
+        self.encoder = codec.Encoder(self.handle_of, self.describe_for_program, self.keep_here)
+        self.callbacks: list = []  # what a test passed into the program that runs here (a lambda, an iterator)
+        self.directory: dict[str, object] = {}  # the program's functions and classes as it ran (sent with ready)
+        self.asked = False  # a request other than `get` went out: the program may have rebound its names
+        # calls sent ahead (send_ahead), in order: [handle, number of arguments, keyword names, reply or None]
+        self.ahead: collections.deque = collections.deque()
+
+    # -- requests
+    def request(self, *req):
+        if self.ahead:  # replies to calls sent ahead come first on the connection: read them before asking more
+            self.drain_ahead()
+        if req[0] != "get":
+            self.asked = True
+        self.send(req)
+        return self.reply()
+
+    def send(self, req, text: str | None = None) -> None:
+        """Request `req` (or one already encoded as JSON `text`)."""
+        try:
+            wire.send(self.fd, (text if text is not None else wire.dumps(req)).encode())
+        except OSError as exc:
+            raise ProgramFailed(f"the program's process is gone ({exc.strerror})") from None
+
+    def send_ahead(self, calls: list, most_bytes: int) -> int:
+        """Send `calls` ([handle, args, kwargs] each, in the order the tests make them; as many as fit in
+        `most_bytes`) in one request: the program's process runs them one after the other, replying to each as it
+        ends, without waiting for the next request; `call` then takes each reply in turn instead of a round trip.
+        It stops early (and says so) after a call whose reply refers to an object it keeps (the test might ask
+        that object more, and must find it as the call left it) or that raised an exception of its own kind; the
+        calls it skipped are asked again one at a time when the tests make them. Returns how many were sent (none
+        when fewer than two fit)."""
+        parts, size = [], 0
+        for h, a, k in calls:
+            part = wire.dumps([h, self.encoder.tree(list(a)), self.encoder.tree(dict(k))])
+            size += len(part) + 1
+            if size > most_bytes:
+                break
+            parts.append(part)
+        if len(parts) < 2:  # not worth it
+            return 0
+        self.asked = True
+        self.send(None, '["calls",[' + ",".join(parts) + "]]")
+        self.ahead.extend([h, len(a), tuple(k), None] for h, a, k in calls[:len(parts)])
+        return len(parts)
+
+    def drain_ahead(self) -> None:
+        """Read the replies still due to calls sent ahead (the program has run, or is running, those calls), kept
+        for `call`; calls after one where the program stopped running ahead are forgotten."""
+        read = collections.deque()
+        while self.ahead:
+            entry = self.ahead.popleft()
+            read.append(entry)
+            if entry[3] is None:
+                kind, payload, more = self.read()
+                entry[3] = (kind, payload)
+                if not more:
+                    break
+        self.ahead = read
+
+    def reply(self):
+        kind, payload, _ = self.read()
+        if kind == "ok":
+            return payload
+        if kind == "err":
+            raise self.stand_ins.exception(payload)
+        raise ProgramFailed(f"an unexpected reply {kind!r}")
+
+    def read(self) -> tuple:
+        """The next reply: (kind, payload, whether the program goes on running calls sent ahead). Callbacks the
+        program makes meanwhile (it calls a function or iterator the test passed it) are run here first."""
+        kind, payload, more = self.read_one()
+        while kind == "cb":
+            self.callback(payload)
+            kind, payload, more = self.read_one()
+        return kind, payload, more
+
+    def callback(self, payload) -> None:
+        """Run what the test passed into the program, as the program asks (`f(x)`, `next(it)`), and answer."""
+        try:
+            k, op, args, kwargs = payload
+            target = self.kept_here(k, "f")
+            args, kwargs = self.value(args), self.value(kwargs)
+            if not isinstance(args, list) or not isinstance(kwargs, dict) or op not in ("call", "next"):
+                raise ValueError("a malformed callback")
+            answer = ["cbret", "ok", self.encoder.tree(target(*args, **kwargs) if op == "call" else next(target))]
+        except StopIteration:
+            answer = ["cbret", "stop", None]
+        except (ProgramFailed, RecursionError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the test's function raised: raised in the program, as there
+            answer = ["cbret", "err", [type(exc).__name__, describe_exception(exc)]]
+        self.send(answer)
+
+    def keep_here(self, obj):
+        """The encoder's hook: a callable or iterator of the test's (not the program's) stays here; the program
+        gets a reference it calls back through."""
+        if isinstance(obj, (Remote, RemoteMeta)) or isinstance(obj, type) and obj in codec.BUILTIN_TYPES.values():
+            return None
+        iterator = hasattr(type(obj), "__next__")
+        if not (iterator or callable(obj)):
+            return None
+        self.callbacks.append(obj)
+        return ["J", len(self.callbacks) - 1, "i" if iterator else "f"]
+
+    def kept_here(self, k, kind):
+        if type(k) is not int or not 0 <= k < len(self.callbacks):
+            raise ValueError("a callback that was never passed")
+        return self.callbacks[k]
+
+    def read_one(self) -> tuple:
+        try:
+            data = self.channel.recv(self.value_bytes)
+        except ValueError as exc:
+            raise ProgramFailed(f"a value larger than the sandbox's limit ({exc})") from None
+        except OSError as exc:
+            raise ProgramFailed(f"the program's process is gone ({exc.strerror})") from None
+        if data is None:
+            raise ProgramFailed("the program's process ended")
+        self.decoder.charge(len(data))
+        try:
+            kind, payload, *more = json.loads(data.decode())
+        except (ValueError, TypeError) as exc:
+            raise ProgramFailed(f"an unreadable reply ({type(exc).__name__})") from None
+        return kind, payload, more == [True]
+
+    def first(self):
+        """The program's process's first word: None (ready), or why the program did not run to its end."""
+        data = self.channel.recv(self.value_bytes)
+        if data is None:
+            return "the program ended its process"
+        self.decoder.charge(len(data))
+        kind, payload = json.loads(data)
+        if kind == "ready":
+            if not isinstance(payload, dict):
+                return "an unexpected first reply"
+            try:
+                self.directory = {k: self.value(v) for k, v in payload.items()}
+            except ValueError as exc:
+                return f"an unreadable first reply ({exc})"
+            return None
+        if kind == "exit":
+            return f"the program exited with status {str(payload)[:80]}"
+        if kind == "err":
+            exc = self.stand_ins.exception(payload)
+            return f"the program raised {type(exc).__name__}"
+        return "an unexpected first reply"
+
+    def value(self, tree):
+        return self.decoder.value(tree)
+
+    def get(self, name: str):
+        if not self.asked and name in self.directory:
+            return self.directory[name]
+        return self.value(self.request("get", name))
+
+    def call(self, handle: int, args: tuple, kwargs: dict):
+        if self.ahead:
+            h, n, keys, got = self.ahead.popleft()
+            if h != handle or n != len(args) or keys != tuple(kwargs):
+                self.ahead.clear()
+                raise ProgramFailed("a call other than the one sent ahead")
+            if got is None:
+                kind, tree, more = self.read()
+                if not more:
+                    self.ahead.clear()
+            else:
+                kind, tree = got
+            if kind == "err":
+                raise self.stand_ins.exception(tree)
+            if kind != "ok":
+                raise ProgramFailed(f"an unexpected reply {kind!r}")
+        else:
+            tree = self.request("call", handle, self.encoder.tree(list(args)), self.encoder.tree(dict(kwargs)))
+        ret, after = self.value(tree)
+        if not isinstance(after, list) or len(after) != len(args):
+            raise ProgramFailed("an unreadable reply (arguments)")
+        for orig, new in zip(args, after):  # in-place changes to the arguments, as the program made them
+            _sync(orig, new)
+            if ret is new and _mutable(orig):
+                ret = orig
+        return ret
+
+    # -- the codec's hooks
+    def handle_of(self, obj) -> int:
+        h = getattr(type(obj), "_grpo_handle_of", None)
+        if h is None:
+            raise TypeError(f"a {type(obj).__name__} of the test cannot be passed to the program's code")
+        return h(obj)
+
+    def describe_for_program(self, cls) -> dict:
+        fields = getattr(cls, "_fields", None)
+        return {"h": getattr(cls, "_grpo_class_handle", None), "n": cls.__name__,
+                "nt": list(fields) if isinstance(fields, tuple) else None}
+
+
+def _mutable(x) -> bool:
+    return isinstance(x, (list, dict, set, bytearray, collections.deque))
+
+
+def _sync(orig, new, depth: int = 0) -> None:
+    """Make `orig` (the test's argument) hold what the program left in its copy, in place all the way down: a
+    list or dict inside it that the program changed in place is changed in place here too (the test may hold it
+    under another name), one it replaced is replaced."""
+    if orig is new or not _mutable(orig) or type(new) is not type(orig) and not (
+            isinstance(orig, dict) and isinstance(new, dict)):
+        return
+    if isinstance(orig, list) and len(orig) == len(new) and depth < codec.MAX_DEPTH:
+        for k, (o, n) in enumerate(zip(orig, new)):
+            if _mutable(o) and type(o) is type(n):
+                _sync(o, n, depth + 1)
+            else:
+                orig[k] = n
+    elif isinstance(orig, (list, bytearray)):
+        orig[:] = new
+    elif isinstance(orig, collections.deque):
+        orig.clear()
+        orig.extend(new)
+    elif isinstance(orig, dict) and depth < codec.MAX_DEPTH:
+        for key in [key for key in orig if key not in new]:
+            del orig[key]
+        for key, n in new.items():
+            o = orig.get(key)
+            if _mutable(o) and type(o) is type(n) and key in orig:
+                _sync(o, n, depth + 1)
+            else:
+                orig[key] = n
+    else:  # set
+        orig.clear()
+        orig.update(new)
