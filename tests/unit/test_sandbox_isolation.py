@@ -405,3 +405,32 @@ def test_a_programs_dev_shm_is_its_own_and_mounts_stay_refused(sb):
         """), [("", "none")])
     res = run_checked(sb, [pool, probe])
     assert [r.passed for r in res] == [[True], [True]], [r.detail for r in res]
+
+
+def test_callbacks_give_the_program_nothing_but_the_tests_own_functions(sb):
+    """Red team of the callbacks (a test's function the program calls back): the program asks for callbacks it was
+    never given, asks them with values that would need behaviour to rebuild, recurses through them without end, and
+    keeps one to call from a later test. Each fails only its own tests."""
+    forger = GRAB_SERVICE + textwrap.dedent("""
+        s = service()
+        def apply(f, xs):
+            s.callback(7, "call", [], {})  # a callback that was never passed
+            return [f(x) for x in xs]
+        """)
+    recursive = textwrap.dedent("""
+        def apply(f, xs):
+            return [f(lambda: apply(f, xs)) for x in xs]
+        """)
+    kept = textwrap.dedent("""
+        saved = []
+        def apply(f, xs):
+            saved.append(f)
+            return [saved[0](x) for x in xs]
+        """)
+    tests = ["assert apply(lambda x: x * 2, [1, 2]) == [2, 4]", "assert apply(lambda x: x + 1, [1]) == [3]"]
+    res = run_checked(sb, [AssertSuite(forger, tests), AssertSuite(recursive, tests[:1]),
+                           AssertSuite(kept, tests)])
+    assert res[0].passed == [False, False], res[0].detail
+    assert res[1].passed == [False], res[1].detail
+    # the kept function is the first test's (x * 2): the second test sees the program's wrong answer, 2, not 3
+    assert res[2].passed == [True, False], res[2].detail
