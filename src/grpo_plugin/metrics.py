@@ -1,4 +1,4 @@
-"""Per-step metrics file, end-of-run summary and plot (the contract in DESIGN.md).
+"""Per-step metrics file, end-of-run summary and plot (the files of docs/config.md's `metrics` key).
 
 `<output_dir>/grpo_metrics.jsonl`  one JSON object per optimizer step
 `<output_dir>/grpo_summary.json`   medians and totals at the end

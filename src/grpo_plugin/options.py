@@ -5,7 +5,8 @@ block (its `TRLConfig`). Each is one of
 - WORKS: the plugin honours it; the evidence is a test (`tests/...::name`) or the plugin code that handles it;
 - INHERITED: host code reads it on a path the plugin does not change (the evidence names that code);
 - REFUSED: config validation stops the run before the model loads, with a message naming the key, why, and what to
-  use instead (`args.trl_problems` reads the refusals below; a few have their own check in `args.check_cross_keys`).
+  use instead (`config.checks.trl_problems` reads the refusals below; a few have their own check in
+  `config.checks.check_cross_keys`).
 
 docs/config.md ("Every TRL GRPOConfig field and axolotl `trl:` key") mirrors OPTIONS row for row;
 tests/unit/test_grpo_options.py checks OPTIONS against the installed TRL and axolotl, and the docs against OPTIONS.
