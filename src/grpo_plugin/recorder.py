@@ -1,5 +1,6 @@
 """The step recorder: what happened during each optimizer step, as one line of `<output_dir>/grpo_metrics.jsonl`
-(the files of docs/config.md's `metrics` key; metrics.py writes the file, summarises and plots), and the run summary at the end.
+(the files of docs/config.md's `metrics` key; metrics.py writes the file, summarises and plots), and the run summary
+at the end.
 
 The trainer tells the recorder, on its main thread, as things happen:
 - `synced(result)`: the weight sync done for this step (sync/session.py), or None;

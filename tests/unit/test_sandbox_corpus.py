@@ -1986,6 +1986,55 @@ def _plain_test(entry: Entry, code: str, k: int) -> bool:
     return entry.fmt != "stdio" or outputs_match(out.stdout, test[1])
 
 
+ALL_TESTS_HARNESS = """
+
+import json as _json
+import sys as _sys
+
+
+def _plain(x):
+    if isinstance(x, (list, tuple)):
+        return [_plain(e) for e in x]
+    if isinstance(x, dict):
+        return {{k: _plain(v) for k, v in x.items()}}
+    return x
+
+
+_verdicts = []
+for _test in _json.loads({tests!r}):
+    try:
+        if isinstance(_test, str):
+            exec(compile(_test, "<test>", "exec"), globals())
+            _verdicts.append(1)
+        else:
+            _verdicts.append(int(_plain({callee}(*_test[0])) == _plain(_test[1])))
+    except BaseException:
+        _verdicts.append(0)
+_sys.__stdout__.write("\\nVERDICTS " + "".join(map(str, _verdicts)) + "\\n")
+_sys.__stdout__.flush()
+"""
+
+
+def _plain_program(entry: Entry, code: str) -> list[bool]:
+    """Each test of `entry` on `code` under plain CPython (check_plain_python)."""
+    if entry.fmt == "stdio":
+        return [_plain_test(entry, code, k) for k in range(len(entry.tests))]
+    tests = list(entry.tests) if entry.fmt == "assert" else [[list(a), e] for a, e in entry.tests]
+    callee = _callee(code, entry.fn) if entry.fmt == "call" else "None"
+    script = code + ALL_TESTS_HARNESS.format(tests=json.dumps(tests), callee=callee)
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "solution.py"), "w", encoding="utf-8") as f:
+            f.write(script)
+        try:
+            out = subprocess.run([sys.executable, "solution.py"], input="", capture_output=True, text=True, cwd=d,
+                                 timeout=PLAIN_TIMEOUT_S * 2)
+        except subprocess.TimeoutExpired:
+            return [False] * len(tests)
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("VERDICTS ")]
+    marks = line[-1].split(" ", 1)[1] if line else ""
+    return [k < len(marks) and marks[k] == "1" for k in range(len(tests))]
+
+
 def _suite(entry: Entry, code: str):
     from grpo_plugin.sandbox import AssertSuite, CallSuite, StdioSuite
 
@@ -2028,14 +2077,15 @@ def test_corpus_is_right_under_plain_python():
 
 
 def check_plain_python(corpus: list[Entry]) -> None:
-    """Every correct program of `corpus` scores 1.0 and every twin < 1 under plain CPython."""
-    jobs = [(e, variant, code, k) for e in corpus for variant, code in (("correct", e.code), ("twin", e.wrong))
-            for k in range(len(e.tests))]
+    """Every correct program of `corpus` scores 1.0 and every twin < 1 under plain CPython: a stdin/stdout program
+    once per test, with the test's input (as a judge runs it); an assert or call-based program once with all its
+    tests after it, each in its own try (as the HumanEval harness runs a completion)."""
+    jobs = [(e, variant, code) for e in corpus for variant, code in (("correct", e.code), ("twin", e.wrong))]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        passed = list(pool.map(lambda j: _plain_test(j[0], j[2], j[3]), jobs))
+        passed = list(pool.map(lambda j: _plain_program(j[0], j[2]), jobs))
     per: dict[tuple[str, str], list[bool]] = {}
-    for (e, variant, _, _), ok in zip(jobs, passed):
-        per.setdefault((e.name, variant), []).append(ok)
+    for (e, variant, _), oks in zip(jobs, passed):
+        per[(e.name, variant)] = oks
     scores = {key: sum(v) / len(v) for key, v in per.items()}
     details = {key: "passed: " + "".join("1" if ok else "0" for ok in v) for key, v in per.items()}
     bad = _mismatches(scores, details, corpus)
