@@ -21,6 +21,17 @@ def is_local(host: str | None) -> bool:
     return (host or "") in LOCAL_HOSTS
 
 
+def connect_host(host: str | None) -> str:
+    """The host a client connects to for a server bound to `host`: the loopback for an any-address bind (0.0.0.0,
+    "") or none given, else `host` itself."""
+    return "127.0.0.1" if host in ("0.0.0.0", "", None) else host
+
+
+def server_url(host: str | None, port: int) -> str:
+    """The base URL a client uses for a server bound to `host`:`port` (the one place it is built)."""
+    return f"http://{connect_host(host)}:{port}"
+
+
 def is_server_url(url: str) -> bool:
     """http(s)://HOST:PORT, the shape of a vLLM server's or the run-api's base URL."""
     try:

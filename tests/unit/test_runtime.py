@@ -34,3 +34,16 @@ def test_a_config_value_from_a_dict_or_a_validated_object():
     assert config_value({"port": 8001}, "port") == 8001
     assert config_value(SimpleNamespace(port=8002), "port") == 8002
     assert config_value({}, "port") is None and config_value(SimpleNamespace(), "port") is None
+
+
+def test_one_url_builder_for_a_server_bound_anywhere():
+    """A server bound to every address (0.0.0.0, "", none given) is reached on the loopback; any other host as it is.
+    Every client URL of a server the plugin starts or is told of is built here (grep finds no other conversion)."""
+    from grpo_plugin import runtime
+
+    for bind in ("0.0.0.0", "", None):
+        assert runtime.connect_host(bind) == "127.0.0.1"
+        assert runtime.server_url(bind, 8000) == "http://127.0.0.1:8000"
+    assert runtime.server_url("10.1.2.3", 9001) == "http://10.1.2.3:9001"
+    assert runtime.server_url("localhost", 1) == "http://localhost:1"
+    assert runtime.is_server_url(runtime.server_url("0.0.0.0", 8000))

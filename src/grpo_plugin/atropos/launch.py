@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 import requests
 import yaml
 
+from grpo_plugin import runtime
 from grpo_plugin.config.schema import AtroposSettings
 from grpo_plugin.server.process import Progress, port_in_use, stop_tree, wait_until
 from grpo_plugin.server.tether import kept
@@ -53,8 +54,7 @@ def _tail(path: Path, n: int = 25) -> str:
 def env_command(module: str, cfg: dict, settings, args: list[str]) -> list[str]:
     """The command line of one environment process."""
     vllm = cfg.get("vllm") or {}
-    host = str(vllm.get("host") or "127.0.0.1")
-    host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    host = runtime.connect_host(vllm.get("host"))
     model = str(cfg["base_model"])
     cmd = [sys.executable, "-m", module, "serve",
            "--env.tokenizer_name", model, "--env.rollout_server_url", settings.url]
@@ -163,7 +163,7 @@ class Launch:
         log = self.logs / "vllm_serve.log"
         proc = self._start("vLLM server (axolotl vllm-serve)", [str(BIN / "axolotl"), "vllm-serve",
                                                                  str(self.config)], log, again=self._start_server)
-        base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+        base = runtime.server_url(host, port)
 
         def healthy() -> bool:
             self._alive_or_fail("the vLLM server", proc, log)

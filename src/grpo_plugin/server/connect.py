@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
+from grpo_plugin import runtime
 from grpo_plugin.server import managed
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.group import ServerGroup, replicas_of
@@ -30,9 +31,7 @@ def server_urls(args, settings) -> list[str]:
                              "in grpo.server_urls.")
         return [parsed._replace(netloc=f"{parsed.hostname}:{parsed.port + i}").geturl()
                 for i in range(settings.num_servers)]
-    host = args.vllm_server_host or "127.0.0.1"
-    host = "127.0.0.1" if host == "0.0.0.0" else host
-    return [f"http://{host}:{args.vllm_server_port + i}" for i in range(settings.num_servers)]
+    return [runtime.server_url(args.vllm_server_host, args.vllm_server_port + i) for i in range(settings.num_servers)]
 
 
 def connect(urls: list[str], timeout: float):

