@@ -13,6 +13,7 @@ import sys
 import time
 
 from grpo_plugin.config import lookups
+from grpo_plugin.config.schema import DEFAULT_SYNC
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.process import Progress, ServerStartError, VLLMServerProcess, start_servers
 
@@ -63,7 +64,7 @@ def main(script_args) -> None:
     urls = ", ".join(s.spec.base_url for s in servers)
     lora = f"on, max rank {spec.max_lora_rank}" if spec.enable_lora else "off"
     print(f"[grpo_plugin] vLLM server{'s' if len(servers) > 1 else ''} ready at {urls} (sync mode: "
-          f"{grpo.get('sync', 'lora_sync')}, LoRA: {lora}{shared}). Now run `axolotl train <config.yaml>`. "
+          f"{grpo.get('sync', DEFAULT_SYNC)}, LoRA: {lora}{shared}). Now run `axolotl train <config.yaml>`. "
           f"Ctrl-C stops the server{'s' if len(servers) > 1 else ''}.", flush=True)
     code = _wait_any(servers)
     stop_all()

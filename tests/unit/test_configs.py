@@ -222,3 +222,17 @@ def test_a_config_whose_files_are_missing_fails_before_loading_naming_each(tiny_
     assert "base_model: './demo/tiny-qwen2' does not exist" in msg
     assert "datasets[0].path: './demo/data/digits.jsonl' does not exist" in msg
     assert msg.count("python -m grpo_plugin.tiny --out demo") == 2
+
+
+def test_the_mode_list_and_default_are_one_table():
+    """The schema's modes and default, the registry that builds a mode and the rules that check one agree: a mode
+    added in one place and not the others fails here."""
+    from typing import get_args
+
+    from grpo_plugin.config.schema import DEFAULT_SYNC, SYNC_MODES, GRPOSettings
+    from grpo_plugin.sync import MODES
+    from grpo_plugin.sync.rules import RULES
+
+    assert set(SYNC_MODES) == set(MODES) == set(RULES)
+    assert set(get_args(GRPOSettings.model_fields["sync"].annotation)) == set(SYNC_MODES)
+    assert DEFAULT_SYNC in SYNC_MODES and GRPOSettings().sync == DEFAULT_SYNC

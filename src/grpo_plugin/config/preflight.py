@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from grpo_plugin.config.schema import DEFAULT_SYNC
 from grpo_plugin.serverconfig import trainer_dtype
 from grpo_plugin.storage import default_sync_root
 
@@ -166,7 +167,7 @@ def sync_dir_problems(data: dict) -> list[str]:
     if not target.is_dir() or not os.access(target, os.W_OK | os.X_OK):
         return [f"{where} is not writable ({target} is not a writable directory). Set grpo.sync_dir to a "
                 "directory you can write (fast local disk or tmpfs)."]
-    if (grpo.get("sync") or "lora_sync") == "lora_sync":
+    if (grpo.get("sync") or DEFAULT_SYNC) == "lora_sync":
         return []  # an adapter: megabytes
     base = data.get("base_model")
     if not isinstance(base, str) or not Path(base).expanduser().is_dir():

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from grpo_plugin.runtime import config_value, is_local, is_server_url, world_size
 
-SYNC_MODES = ("ipc", "lora_sync", "restart")
+SYNC_MODES = ("ipc", "lora_sync", "restart")  # the modes, and the one a config without `grpo.sync` gets:
+DEFAULT_SYNC = "lora_sync"  # the registry (sync/__init__.py) and the rules (sync/rules.py) are keyed by these
 
 
 def _refuse_unknown_keys(model: type[BaseModel], data: Any, prefix: str) -> Any:
@@ -104,7 +105,7 @@ class GRPOSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sync: Literal[SYNC_MODES] = Field(
-        default="lora_sync",
+        default=DEFAULT_SYNC,
         description="How trained weights reach the vLLM server: ipc | lora_sync | restart.",
     )
     sync_interval: int = Field(

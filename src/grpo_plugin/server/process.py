@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from grpo_plugin import runtime
+from grpo_plugin.config.schema import DEFAULT_SYNC
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.tether import tethered
 from grpo_plugin.serverconfig import (
@@ -489,7 +490,7 @@ def spec_from_cfg(cfg, **overrides) -> ServerSpec:
         tensor_parallel_size=int(get("tensor_parallel_size", 1) or 1),
         enable_prefix_caching=get("enable_prefix_caching"),
         trust_remote_code=bool(cfg.get("trust_remote_code")),
-        enable_lora=(grpo.get("sync") or "lora_sync") == "lora_sync" and adapter in ("lora", "qlora"),
+        enable_lora=(grpo.get("sync") or DEFAULT_SYNC) == "lora_sync" and adapter in ("lora", "qlora"),
         max_lora_rank=lora_rank_for_vllm(int(cfg.get("lora_r") or 16)),
         seed=int(cfg["seed"]) if cfg.get("seed") is not None else None,
         ipc=ipc,

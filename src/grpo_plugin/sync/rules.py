@@ -3,6 +3,7 @@ nothing heavy, so they run when the config loads (grpo_plugin/args.py)."""
 
 from __future__ import annotations
 
+from grpo_plugin.config.schema import DEFAULT_SYNC
 from grpo_plugin.runtime import config_value
 from grpo_plugin.sync import ipc_rules, lora_rules, restart_rules
 
@@ -14,6 +15,6 @@ def check_mode(data: dict) -> None:
     grpo = data.get("grpo")
     if grpo is None:
         return
-    rules = RULES.get(config_value(grpo, "sync") or "lora_sync")
+    rules = RULES.get(config_value(grpo, "sync") or DEFAULT_SYNC)
     if rules is not None:  # an unknown mode: the schema's error names the modes there are
         rules(data)
