@@ -1944,46 +1944,17 @@ def _callee(code: str, fn: str) -> str:
     return fn if fn in top or "Solution" not in top else f"Solution().{fn}"
 
 
-CALL_HARNESS = """
-
-import json as _json
-
-def _plain(x):
-    if isinstance(x, (list, tuple)):
-        return [_plain(e) for e in x]
-    if isinstance(x, dict):
-        return {{k: _plain(v) for k, v in x.items()}}
-    return x
-
-_args = _json.loads({args!r})
-_expected = _json.loads({expected!r})
-raise SystemExit(0 if _plain({callee}(*_args)) == _plain(_expected) else 1)
-"""
-
-
-def _plain_test(entry: Entry, code: str, k: int) -> bool:
-    """Test k of `entry` run on `code` in a fresh interpreter in its own temporary directory."""
-    test = entry.tests[k]
-    stdin = ""
-    if entry.fmt == "assert":
-        script = code + "\n" + test + "\n"
-    elif entry.fmt == "call":
-        args, expected = test
-        script = code + CALL_HARNESS.format(args=json.dumps(args), expected=json.dumps(expected),
-                                            callee=_callee(code, entry.fn))
-    else:
-        script, stdin = code, test[0]
+def _plain_stdio(code: str, case: tuple) -> bool:
+    """A stdin/stdout program on one test's input in a fresh interpreter, in its own temporary directory."""
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "solution.py"), "w", encoding="utf-8") as f:
-            f.write(script)
+            f.write(code)
         try:
-            out = subprocess.run([sys.executable, "solution.py"], input=stdin, capture_output=True, text=True,
+            out = subprocess.run([sys.executable, "solution.py"], input=case[0], capture_output=True, text=True,
                                  cwd=d, timeout=PLAIN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return False
-    if out.returncode != 0:
-        return False
-    return entry.fmt != "stdio" or outputs_match(out.stdout, test[1])
+    return out.returncode == 0 and outputs_match(out.stdout, case[1])
 
 
 ALL_TESTS_HARNESS = """
@@ -2018,7 +1989,7 @@ _sys.__stdout__.flush()
 def _plain_program(entry: Entry, code: str) -> list[bool]:
     """Each test of `entry` on `code` under plain CPython (check_plain_python)."""
     if entry.fmt == "stdio":
-        return [_plain_test(entry, code, k) for k in range(len(entry.tests))]
+        return [_plain_stdio(code, case) for case in entry.tests]
     tests = list(entry.tests) if entry.fmt == "assert" else [[list(a), e] for a, e in entry.tests]
     callee = _callee(code, entry.fn) if entry.fmt == "call" else "None"
     script = code + ALL_TESTS_HARNESS.format(tests=json.dumps(tests), callee=callee)

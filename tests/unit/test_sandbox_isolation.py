@@ -45,21 +45,15 @@ def run_checked(sb: Sandbox, suites: list) -> list:
 
 @pytest.fixture(scope="module")
 def sb():
-    sandbox = Sandbox(Limits(wall_s=3), workers=2)
-    try:
+    with Sandbox(Limits(wall_s=3), workers=2) as sandbox:
         yield sandbox
-    finally:
-        sandbox.close()
 
 
 @pytest.fixture(scope="module")
 def sb1():
     """One scratch slot and one judge: every job of every batch goes through the same slot and judge."""
-    sandbox = Sandbox(Limits(wall_s=3), workers=1)
-    try:
+    with Sandbox(Limits(wall_s=3), workers=1) as sandbox:
         yield sandbox
-    finally:
-        sandbox.close()
 
 
 # ---- the judge rebuilds values, never behaviour --------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import builtins
 import collections
+import copy
 import json
 import os
 import sys
@@ -243,12 +244,10 @@ class Service:
 
     @staticmethod
     def operate(obj, name: str, args: list):
-        if name == "len":
-            return len(obj)
-        if name == "iter":
-            return iter(obj)
-        if name == "list":
-            return list(obj)
+        """One operation a judge asks of an object kept here (judge_stand_ins.Remote)."""
+        one = _OPERATIONS.get(name)
+        if one is not None:
+            return one(obj, *args)
         if name == "next":  # up to args[0] items: [items, finished]
             out = []
             for _ in range(int(args[0])):
@@ -257,36 +256,27 @@ class Service:
                 except StopIteration:
                     return [out, True]
             return [out, False]
-        if name == "getitem":
-            return obj[args[0]]
-        if name == "setitem":
-            obj[args[0]] = args[1]
-            return None
-        if name == "delitem":
-            del obj[args[0]]
-            return None
-        if name == "contains":
-            return bool(args[0] in obj)
-        if name == "str":
-            return str(obj)
-        if name == "repr":
-            return repr(obj)
-        if name == "bool":
-            return bool(obj)
-        if name == "format":
-            return format(obj, str(args[0]))
-        if name == "missing":
-            return type(obj).__missing__(obj, args[0])
-        if name in ("copy", "deepcopy"):
-            import copy
-
-            return getattr(copy, name)(obj)
         if name.startswith("__") and name in _OPERATORS:  # arithmetic, and ordering between its own objects
             result = getattr(obj, name)(*args)
             if result is NotImplemented:
                 raise TypeError(f"{name} of {type(obj).__name__} not supported")
             return result
         raise ValueError(f"unknown operation {name!r}")
+
+
+def _setitem(obj, key, value) -> None:
+    obj[key] = value
+
+
+def _delitem(obj, key) -> None:
+    del obj[key]
+
+
+_OPERATIONS = {"len": len, "iter": iter, "list": list, "str": str, "repr": repr, "bool": bool,
+               "getitem": lambda obj, key: obj[key], "setitem": _setitem, "delitem": _delitem,
+               "contains": lambda obj, item: bool(item in obj), "format": lambda obj, spec: format(obj, str(spec)),
+               "missing": lambda obj, key: type(obj).__missing__(obj, key),
+               "copy": copy.copy, "deepcopy": copy.deepcopy}
 
 
 class _JudgeObject:
