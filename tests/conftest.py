@@ -6,6 +6,7 @@ import ast
 import functools
 import importlib.util
 import os
+import random
 import socket
 import sys
 from pathlib import Path
@@ -100,10 +101,35 @@ def axolotl_load_cfg(path):
         axolotl_dist.distributed_state = None
 
 
-def free_port() -> int:
+# Ports for the servers tests start: below the kernel's ephemeral range (32768-60999 here), where the port an
+# outgoing connection takes comes from: a port asked of the kernel with bind(0) is in that range, and another
+# connection could take it in the ~30 s before the server binds it ("Address already in use"). Each pytest-xdist
+# worker draws from its own share, so two workers never pick the same port.
+_PORTS = range(20000, 32000)
+
+
+def _port_candidates():
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    k = int(worker[2:]) if worker[2:].isdigit() else 0
+    share = len(_PORTS) // 4
+    lo = _PORTS.start + (k % 4) * share
+    return random.Random().sample(range(lo, lo + share), 200)
+
+
+def _is_free(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    for port in _port_candidates():
+        if _is_free(port):
+            return port
+    raise RuntimeError("no free port in this worker's share of 20000-31999")
 
 
 def free_ports(n: int) -> int:
