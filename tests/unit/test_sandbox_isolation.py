@@ -428,3 +428,11 @@ def test_callbacks_give_the_program_nothing_but_the_tests_own_functions(sb):
     assert res[1].passed == [False], res[1].detail
     # the kept function is the first test's (x * 2): the second test sees the program's wrong answer, 2, not 3
     assert res[2].passed == [True, False], res[2].detail
+
+
+def test_what_a_test_forks_and_leaves_does_not_use_up_the_judges(sb1):
+    """A test that forks a process and leaves it behind, many jobs in a row on one judge: the orphans end and are
+    collected by the judge (PID 1 of its namespace), so the judges' process budget (64) is never used up."""
+    leave = "import os\nif os.fork() == 0:\n    os._exit(0)\nassert add(1, 2) == 3"
+    res = sb1.run_suites([AssertSuite(ADD, [leave]) for _ in range(80)], dedupe=False)
+    assert all(r.passed == [True] for r in res), [r.detail for r in res if r.passed != [True]][:3]

@@ -277,3 +277,14 @@ def serve(ctrl, verdict_fd: int, limits: dict) -> None:
         if status != 0:  # it died before its last line: the job ends here, said so (never a pass)
             _say(verdict_fd, f"X judge ended with wait status {status}")
             _say(verdict_fd, "Z")
+        _reap()  # what a test forked and left (this process is PID 1 of its namespace: orphans come here)
+
+
+def _reap() -> None:
+    """Collect every ended process this one inherited, so none holds a slot of the judges' process budget."""
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
