@@ -8,7 +8,7 @@
 Assert and call-based tests are judged in the jail by a judge process, stdin/stdout outputs compared here
 (suites.py); the expected side of a test never enters a program's process.
 
-Programs of one call run in parallel (`workers`, default: 2 per core this process may use + 4, at most 4 per
+Programs of one call run in parallel (`workers`, default: 2 per core this process may use + 6, at most 5 per
 core: default_workers). The fork server runs in a bubblewrap jail (jail.py) that dies with this process, and
 checks at start what it needs from the machine: a missing layer is a `SandboxUnavailable` that says which, what
 that exposes and what to do.
@@ -184,8 +184,7 @@ class Sandbox:
         if abi:
             layers.append(f"Landlock ABI {abi}")
         if seccomp:
-            refused = len(jail_mod.DENIED) + len(jail_mod.PID_NS_ONLY) + 6  # + clone3, clone and unshare with
-            # namespace flags, mount but a bind, socket and socketpair but for Unix sockets
+            refused = len(jail_mod.DENIED) + len(jail_mod.LIMITED)
             layers.append(f"seccomp ({refused} syscalls refused, inherited from the template)")
         layers.append("rlimits")
         self.isolation = " + ".join(layers)

@@ -140,24 +140,24 @@ class Encoder:
                     min(flat) <= -_INT_JSON or max(flat) >= _INT_JSON):
                 flat = [self._t(e, memo, keep, d) for e in flat]
             return ["nd", x.dtype.str, list(x.shape), *flat]
-        if getattr(t, "__module__", None) in PROGRAM_MODULES and isinstance(x, PLAIN_BASES):
+        base = _plain_base(x)
+        if base is not None and getattr(t, "__module__", None) in PROGRAM_MODULES:
             # the program's own subclass of a plain type (`class Vec(list)`, a NamedTuple, an IntEnum): its value,
             # and the object itself kept there for what only it knows (its methods, its fields' names)
-            base = next(b for b in PLAIN_BASES if isinstance(x, b))
             memo[id(x)] = len(memo)
             keep.append(x)
             return ["SV", self.handle(x), self.describe(t), self._t(base(x), memo, keep, d)]
         if _is_namedtuple(t):
             return ["NT", self.describe(t), *[self._t(e, memo, keep, d) for e in x]]
+        if isinstance(x, type) and x in _BUILTIN_TYPE_NAMES:
+            return ["bt", _BUILTIN_TYPE_NAMES[x]]
         own = self.foreign(x) if self.foreign is not None else None
         if own is not None:
             return own
         if isinstance(x, type):
-            name = _BUILTIN_TYPE_NAMES.get(x)
-            return ["bt", name] if name is not None else ["K", self.describe(x)]
-        for base in PLAIN_BASES:  # a subclass of a plain type (an int with a name, a dict with helpers): its value
-            if isinstance(x, base):
-                return self._t(base(x), memo, keep, depth)
+            return ["K", self.describe(x)]
+        if base is not None:  # a library's subclass of a plain type (an int with a name, a dict with helpers)
+            return self._t(base(x), memo, keep, depth)
         memo[id(x)] = len(memo)
         keep.append(x)
         return ["O", self.handle(x), self.describe(t)]
@@ -180,6 +180,11 @@ BUILTIN_TYPES = {t.__name__: t for t in (int, float, complex, str, bytes, bytear
                                           frozenset, range, slice, object, type, memoryview)}
 _BUILTIN_TYPE_NAMES = {t: name for name, t in BUILTIN_TYPES.items()}
 _TEXTUAL, _NUMBERS = frozenset({str, bool, type(None)}), frozenset({int, float, bool})
+
+
+def _plain_base(x):
+    """The plain type `x` is an instance of (the first of PLAIN_BASES), None when it is none of them."""
+    return next((b for b in PLAIN_BASES if isinstance(x, b)), None)
 
 
 def _scalars(x) -> bool:

@@ -24,7 +24,7 @@ class Run:
         self.limits, self.res = limits, res  # res: the job's results record (its tests' statuses)
         self.stdio = job["mode"] == "stdio"
         self.pids: dict[str, int | None] = {"program": None}
-        self.judge: dict | None = None  # the judge serving this run (assert / call tests)
+        self.judge = None  # the forkserver_judges.JudgeProcess serving this run (assert / call tests)
         self.unreaped = len(self.pids)
         self.status: dict[str, int] = {}  # wait status of each process collected
         self.ending: str | None = None  # set (to why, "" for none) once it is being killed and collected

@@ -123,7 +123,7 @@ class Program:
     def keep_here(self, obj):
         """The encoder's hook: a callable or iterator of the test's (not the program's) stays here; the program
         gets a reference it calls back through."""
-        if isinstance(obj, (Remote, RemoteMeta)) or isinstance(obj, type) and obj in codec.BUILTIN_TYPES.values():
+        if isinstance(obj, (Remote, RemoteMeta)):
             return None
         iterator = hasattr(type(obj), "__next__")
         if not (iterator or callable(obj)):
