@@ -8,6 +8,7 @@ later program finds; never what an attacking program says about itself."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import textwrap
 
@@ -436,3 +437,75 @@ def test_what_a_test_forks_and_leaves_does_not_use_up_the_judges(sb1):
     leave = "import os\nif os.fork() == 0:\n    os._exit(0)\nassert add(1, 2) == 3"
     res = sb1.run_suites([AssertSuite(ADD, [leave]) for _ in range(80)], dedupe=False)
     assert all(r.passed == [True] for r in res), [r.detail for r in res if r.passed != [True]][:3]
+
+
+# ---- a memory and process budget per program, across all its processes (sandbox/cgroups.py) -------------------
+HOARD = """
+import os, time
+held = 0
+kids = []
+for _ in range({n}):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        block = b'x' * ({mb} << 20)  # written: every page is the process's own
+        os.write(w, b'1')
+        time.sleep(1.5)
+        os._exit(0)
+    os.close(w)
+    kids.append((pid, r))
+for pid, r in kids:
+    held += len(os.read(r, 1))
+    os.waitpid(pid, 0)
+print(held)
+"""
+
+
+def _cgroups_expected() -> bool:
+    """Root on a machine with a writable cgroup v1 memory hierarchy (this project's CI machine): the sandbox must
+    make its cgroups there, never fall back."""
+    from grpo_plugin.sandbox import cgroups
+
+    mount = cgroups._mounts().get("memory")
+    return os.geteuid() == 0 and mount is not None and os.access(mount, os.W_OK)
+
+
+@pytest.fixture(scope="module")
+def sb_small():
+    """Programs may have 256 MiB of address space per process: their slot's cgroup, 256 + 64 MiB in all."""
+    with Sandbox(Limits(wall_s=8, memory_mb=256), workers=2) as sandbox:
+        yield sandbox
+
+
+def test_a_programs_processes_share_one_memory_budget(sb_small):
+    """Six processes of 150 MiB each: every one within its own address-space limit, 900 MiB together. The slot's
+    memory cgroup stops them (the kernel's OOM killer, inside the cgroup), the machine never holds them; two of
+    100 MiB fit; the honest sibling beside the hoarder keeps its verdict."""
+    if sb_small.slot_cgroups is None:
+        assert not _cgroups_expected(), sb_small.cgroups_missing
+        pytest.skip(f"the kernel lets this process make no cgroups: {sb_small.cgroups_missing}")
+    assert "cgroup per slot" in sb_small.isolation
+    hoard = StdioSuite(HOARD.format(n=6, mb=150), [("", "6")])
+    fits = StdioSuite(HOARD.format(n=2, mb=100), [("", "2")])
+    res = sb_small.run_suites([hoard, AssertSuite(ADD, TESTS)], dedupe=False)
+    assert res[0].passed == [False], res[0].detail
+    assert res[1].passed == [True] * 3, res[1].detail
+    limit = (256 + 64) << 20
+    peaks = [sb_small.slot_cgroups.peak_bytes(k) for k in range(2)]
+    assert max(peaks) > 100 << 20 and all(p <= limit for p in peaks), peaks  # charged there, never past it
+    assert sb_small.run_suites([fits])[0].passed == [True]
+
+
+def test_the_slots_cgroups_are_removed_with_the_sandbox():
+    with Sandbox(Limits(wall_s=3), workers=2) as sandbox:
+        made = sandbox.slot_cgroups
+        if made is None:
+            assert not _cgroups_expected(), sandbox.cgroups_missing
+            pytest.skip(f"the kernel lets this process make no cgroups: {sandbox.cgroups_missing}")
+        dirs = list(made.dirs.values())
+        assert all((d / "slot-1").is_dir() for d in dirs)
+        pids = made.dirs.get("pids", made.dirs.get("unified"))
+        assert (pids / "slot-1" / "pids.max").read_text().strip() == str(Limits().processes)
+        assert sandbox.run([(ADD, TESTS)])[0].score == 1.0
+    assert not any(d.exists() for d in dirs), dirs

@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_plugin.sandbox import cgroups
 from grpo_plugin.sandbox import jail as jail_mod
 from grpo_plugin.sandbox.jail import SCRATCH, SCRIPT_DIR, Jail, JailUnavailable, accepted_missing
 from grpo_plugin.sandbox.suites import AssertSuite, ProgramResult, Suite
@@ -137,15 +138,23 @@ class Sandbox:
                 jail.root = False
         else:
             lacking("identity", "the trainer does not run as root, so the jail can map only its own user id")
+        # a program's processes together: its memory (and its scratch files' pages) and its process count
+        self.slot_cgroups, self.cgroups_missing = cgroups.make(
+            self.workers, (self.limits.memory_mb + self.limits.scratch_mb) << 20, self.limits.processes)
+        limits = self.limits.to_json()
+        if self.slot_cgroups is not None:
+            jail.binds = self.slot_cgroups.binds()
+            limits["cgroup_dirs"] = self.slot_cgroups.jail_dirs()
         try:
             cmd, fds = jail.command([jail.python, "-I", "-S", "-c", _launch(SCRIPT_DIR), json.dumps({
-                "limits": self.limits.to_json(), "workers": self.workers, "scratch_root": SCRATCH,
+                "limits": limits, "workers": self.workers, "scratch_root": SCRATCH,
                 "require_landlock": "landlock" not in accepted, "readable": jail.landlock_readable(),
                 "site_dirs": jail.site_dirs, "uids": jail.userns_fd >= 0, "seccomp": seccomp.hex(),
                 "slot_bytes": int(self.limits.scratch_mb) << 20,
                 "huge_text": self.huge_text})])
         except JailUnavailable as exc:
             jail.close()
+            self._remove_cgroups()
             raise SandboxUnavailable(f"the code sandbox cannot run on this machine: {exc}. {_HELP}") from None
         jail_mod.compile_modules(str(FORK_SERVER.parent))
         self._jail = jail
@@ -179,6 +188,9 @@ class Sandbox:
         self.slot_quotas = int(msg.get("slot_quotas", 0))
         if self.slot_quotas == self.workers:
             layers.append(f"a {self.limits.scratch_mb} MiB tmpfs per scratch slot")
+        if self.slot_cgroups is not None:
+            layers.append(f"a memory ({self.limits.memory_mb + self.limits.scratch_mb} MiB) and pids "
+                          f"({self.limits.processes}) cgroup per slot")
         if msg.get("hidepid"):
             layers.append("/proc shows each user only its own processes")
         if abi:
@@ -215,6 +227,12 @@ class Sandbox:
                 proc.wait()
         if self._jail is not None:
             self._jail.close()
+        self._remove_cgroups()
+
+    def _remove_cgroups(self) -> None:
+        made, self.slot_cgroups = getattr(self, "slot_cgroups", None), None
+        if made is not None:
+            made.remove()
 
     def __enter__(self):
         return self

@@ -199,6 +199,15 @@ def confine(uid: int | None, ruleset: int, keep_fds: list[int], limits: dict) ->
         resource.setrlimit(res, (value, value))
 
 
+def join_cgroup(path: str) -> None:
+    """This process (and all it forks from now on) into the cgroup at `path` (a slot's, sandbox/cgroups.py)."""
+    fd = os.open(f"{path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, b"0")
+    finally:
+        os.close(fd)
+
+
 _MOUNT = libc.function("mount")
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
 

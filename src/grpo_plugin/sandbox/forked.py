@@ -68,6 +68,8 @@ def main(payload: bytes, fds: list[int], ruleset: int, server_limits: dict, uids
             report = fds[3] if mode == "stdio" else fds[4]
             if ruleset == -2:
                 raise OSError("no Landlock ruleset for this scratch directory")
+            for d in server_limits.get("cgroup_dirs", ()):  # its slot's memory and process budget (cgroups.py)
+                confine.join_cgroup(f"{d}/slot-{slot}")
             if shm:
                 confine.private_shm(scratch)
             confine.confine(confine.program_uid(slot) if uids else None, ruleset, fds, limits)

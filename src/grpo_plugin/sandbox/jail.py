@@ -128,6 +128,7 @@ class Jail:
     links: list[tuple[str, str]] = field(default_factory=list)  # (target, path) symlinks to recreate
     root: bool = field(default_factory=lambda: os.geteuid() == 0)
     userns_fd: int = -1
+    binds: list[str] = field(default_factory=list)  # more bwrap binds (the slots' cgroups: cgroups.py)
 
     @classmethod
     def for_this_interpreter(cls, script_dir: str, scratch_mb: int) -> Jail:
@@ -206,7 +207,7 @@ class Jail:
         for etc in ("/etc/ld.so.cache", "/etc/localtime"):
             if os.path.exists(etc):
                 cmd += ["--ro-bind", etc, etc]
-        cmd += ["--perms", "0755", "--dir", "/grpo", "--ro-bind", self.script_dir, SCRIPT_DIR,
+        cmd += ["--perms", "0755", "--dir", "/grpo", "--ro-bind", self.script_dir, SCRIPT_DIR, *self.binds,
                 "--size", str(self.scratch_mb << 20), "--perms", "0711", "--tmpfs", SCRATCH, "--chdir", SCRATCH,
                 "--setenv", "LD_BIND_NOW", "1", "--", *argv]
         return cmd, fds
