@@ -1,7 +1,8 @@
 """Several vLLM servers through `axolotl train` (server/group.py), as a user runs the configs/scale quickstarts:
 two managed servers on consecutive ports, rollouts from both, every push to both and verified on EACH by its own
-probe; a server killed mid-run is brought back while the other keeps serving; ipc with two servers and one
-shared copy of the weights; restart with two servers is run by two trainer ranks under DeepSpeed ZeRO-3.
+probe; one server killed and the other hung mid-run, each brought back while the other keeps serving; ipc with
+two servers and one shared copy of the weights; restart with two servers is run by two trainer ranks under
+DeepSpeed ZeRO-3.
 
 Each test starts its own two servers (`num_servers` is what is under test); marked `slow`."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from pathlib import Path
 
 import psutil
@@ -78,14 +80,15 @@ def _listening(proc_pid: int, port: int) -> int | None:
     return None
 
 
-def test_lora_sync_two_managed_servers_one_killed_and_recovered(tmp_path, tiny_model_dir, tiny_data_file,
-                                                                cache_env):
-    """lora_sync on two managed servers, 24 steps; the second server is killed (-9) at step 6: only it is
-    restarted (the first keeps its PID), the adapter re-pushed to both and verified on both, every step trained,
-    the reward rising."""
+def test_lora_sync_two_managed_servers_one_killed_the_other_hung_each_recovered(tmp_path, tiny_model_dir,
+                                                                                tiny_data_file, cache_env):
+    """lora_sync on two managed servers, 24 steps: the second server is killed (-9) at step 6, the first hung
+    (SIGSTOP) at step 14. Each time only the server at fault is restarted (the other keeps its PID), the adapter
+    re-pushed to both and verified on both; the hang is detected from /health within the hang deadline and the
+    hung server stopped (it is ours); every step trained, the reward rising."""
     steps = 24
     path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "lora_sync", steps,
-                                server_timeout=240)
+                                server_timeout=240, server_hang_timeout=10)
     port = cfg["vllm"]["port"]
     log = tmp_path / "train.log"
     proc = _start_train(path, log)
@@ -96,17 +99,30 @@ def test_lora_sync_two_managed_servers_one_killed_and_recovered(tmp_path, tiny_m
         psutil.Process(second).send_signal(signal.SIGKILL)
         _wait_step(cfg, 8, proc, log)
         assert _listening(proc.pid, port) == first  # the other server was left alone
-        assert _listening(proc.pid, port + 1) not in (None, second)
+        restarted = _listening(proc.pid, port + 1)
+        assert restarted not in (None, second)
+        _wait_step(cfg, 14, proc, log)
+        psutil.Process(first).send_signal(signal.SIGSTOP)
+        t_stop = time.monotonic()
+        _wait_step(cfg, 15, proc, log)
+        detected_and_recovered_s = time.monotonic() - t_stop
+        assert _listening(proc.pid, port + 1) == restarted  # the healthy one was left alone
+        assert _listening(proc.pid, port) not in (None, first)
     finally:
         text = _finish(proc, log)
     assert proc.returncode == 0, text[-6000:]
     s = _assert_verified_on_both(cfg, steps)
     recs = _records(cfg)
     hits = [d for r in recs for d in r.get("server_outage_detail", [])]
-    assert len(hits) == 1 and hits[0]["servers"] == [_urls(cfg)[1]] and hits[0]["restarted"], hits
+    assert len(hits) == 2 and all(h["restarted"] for h in hits), hits
+    assert hits[0]["servers"] == [_urls(cfg)[1]] and hits[0]["step"] >= 6, hits
+    assert hits[1]["servers"] == [_urls(cfg)[0]] and "no answer to /health" in hits[1]["cause"], hits
+    assert detected_and_recovered_s < 10 + 120, detected_and_recovered_s  # hang deadline + one restart
+    assert gone(first, timeout=5)  # the hung server was stopped, not left behind
     assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
-    assert gone(first, timeout=30)  # both of ours stopped at the end
+    assert gone(restarted, timeout=30)  # both of ours stopped at the end
     assert (Path(cfg["output_dir"]) / "vllm_server-1.log").exists()  # the second server's own log
+    assert "recovered in" in text
 
 
 def test_restart_two_managed_servers_two_zero3_ranks(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
