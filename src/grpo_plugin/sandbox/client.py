@@ -130,14 +130,10 @@ class Sandbox:
             lacking("seccomp", str(exc))
             seccomp = b""
         jail = Jail.for_this_interpreter(str(FORK_SERVER.parent), self.limits.scratch_mb)
-        if jail.root:
-            try:
-                jail.prepare_identities()
-            except JailUnavailable as exc:
-                lacking("identity", str(exc))
-                jail.root = False
-        else:
-            lacking("identity", "the trainer does not run as root, so the jail can map only its own user id")
+        try:
+            jail.prepare_identities()
+        except JailUnavailable as exc:
+            lacking("identity", str(exc))
         # a program's processes together: its memory (and its scratch files' pages) and its process count
         self.slot_cgroups, self.cgroups_missing = cgroups.make(
             self.workers, (self.limits.memory_mb + self.limits.scratch_mb) << 20, self.limits.processes)

@@ -19,6 +19,8 @@ sandbox refuses to start unless `GRPO_SANDBOX_ACCEPT_MISSING` names `identity`.
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -152,10 +154,26 @@ class Jail:
         return [*self.readable, *extra, "/dev/urandom", "/dev/random", "/dev/zero", "/dev/full"]
 
     def prepare_identities(self) -> None:
-        """Root: a user namespace mapping root, the judges' id (65533) and the programs' (one per slot), made by a
-        helper process (the trainer's own namespaces stay as they are); bwrap joins it (`--userns`)."""
-        if not self.root:
-            return
+        """A user namespace mapping the jail's root, the judges' id (65533) and the programs' (one per slot), made by
+        a helper process (the trainer's own namespaces stay as they are); bwrap joins it (`--userns`). Root writes
+        the maps itself; an ordinary user maps its subordinate ids (/etc/subuid, /etc/subgid) through the setuid
+        `newuidmap` / `newgidmap` helpers, as rootless containers do. Raises JailUnavailable("identity") saying
+        what is missing."""
+        maps = {"uid_map": (os.getuid(), "/etc/subuid", "newuidmap"), "gid_map": (os.getgid(), "/etc/subgid",
+                                                                                 "newgidmap")}
+        plan: dict[str, list[str]] = {}
+        for kind, (own, table, helper_bin) in maps.items():
+            if self.root:
+                plan[kind] = ["0", "0", "1", "65533", "65533", "2", str(PROGRAM_UID_BASE), str(PROGRAM_UID_BASE),
+                              str(PROGRAM_IDS)]
+                continue
+            tool = shutil.which(helper_bin)
+            if tool is None:
+                raise JailUnavailable("identity", f"the trainer does not run as root and `{helper_bin}` is not "
+                                                  "installed (the `uidmap` package) to map subordinate ids")
+            start = subordinate_ids(table, own, 2 + PROGRAM_IDS)
+            plan[kind] = [tool, "0", str(own), "1", "65533", str(start), "2", str(PROGRAM_UID_BASE),
+                          str(start + 2), str(PROGRAM_IDS)]
         helper = subprocess.Popen(  # noqa: S603
             [self.python, "-I", "-S", "-c",
              "import ctypes, sys\n"
@@ -166,9 +184,15 @@ class Jail:
         try:
             if helper.stdout.readline().strip() != b"ready":
                 raise JailUnavailable("identity", "no user namespace: " + helper.stderr.read().decode(errors="replace"))
-            for kind in ("uid_map", "gid_map"):
-                with open(f"/proc/{helper.pid}/{kind}", "w") as f:
-                    f.write(f"0 0 1\n65533 65533 2\n{PROGRAM_UID_BASE} {PROGRAM_UID_BASE} {PROGRAM_IDS}\n")
+            for kind, args in plan.items():
+                if self.root:
+                    with open(f"/proc/{helper.pid}/{kind}", "w") as f:
+                        f.write("".join(" ".join(args[k:k + 3]) + "\n" for k in range(0, len(args), 3)))
+                    continue
+                done = subprocess.run([args[0], str(helper.pid), *args[1:]], capture_output=True, text=True)  # noqa: S603
+                if done.returncode != 0:
+                    raise JailUnavailable("identity", f"{os.path.basename(args[0])} failed: "
+                                                      f"{(done.stderr or done.stdout).strip()}")
             self.userns_fd = os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             raise JailUnavailable("identity", f"the user namespace could not be set up ({exc})") from None
@@ -216,6 +240,27 @@ class Jail:
         if self.userns_fd >= 0:
             os.close(self.userns_fd)
             self.userns_fd = -1
+
+
+def subordinate_ids(table: str, own: int, need: int) -> int:
+    """The first of `need` consecutive subordinate ids /etc/subuid (or /etc/subgid) grants this user (`own`: its
+    uid or gid), by name or number; JailUnavailable("identity") naming the file when it grants fewer."""
+    try:
+        name = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        name = None
+    try:
+        lines = open(table).read().splitlines()  # noqa: SIM115
+    except OSError:
+        lines = []
+    for line in lines:
+        parts = line.strip().split(":")
+        if (len(parts) == 3 and parts[0] in (name, str(own)) and parts[1].isdigit() and parts[2].isdigit()
+                and int(parts[2]) >= need):
+            return int(parts[1])
+    raise JailUnavailable("identity", f"the trainer does not run as root and {table} grants its user "
+                                      f"({name or own}) no range of {need} subordinate ids (add a line such as "
+                                      f"`{name or own}:100000:65536`, as rootless containers need)")
 
 
 def accepted_missing() -> set[str]:
