@@ -7,14 +7,14 @@ each hook imports what it needs when it runs, so loading a config does not load 
 from __future__ import annotations
 
 import logging
-import os
 
 from axolotl.integrations.base import BasePlugin
 
-LOG = logging.getLogger("grpo_plugin")
+from grpo_plugin.config.defaults import fill_defaults
+from grpo_plugin.config.lookups import settings_of
+from grpo_plugin.runtime import global_rank
 
-TRAINER_CLS = "grpo_plugin.trainer.GRPOPluginTrainer"
-SERVE_MODULE = "grpo_plugin.serve"
+LOG = logging.getLogger("grpo_plugin")
 
 
 class GRPOPlugin(BasePlugin):
@@ -31,56 +31,15 @@ class GRPOPlugin(BasePlugin):
         from grpo_plugin.compat.cpu_ranks import allow_cpu_ranks
         from grpo_plugin.compat.host import check_host_versions
         from grpo_plugin.config.checks import uses_fsdp
-        from grpo_plugin.runtime import world_size
 
         check_host_versions()
         freeze_at_exit()  # the process ends in ~2 s, not after ~15 s of final garbage collection
         # several trainer ranks on a machine without CUDA, as DDP or DeepSpeed (compat/cpu_ranks.py)
         allow_cpu_ranks(deepspeed=bool(cfg.get("deepspeed")), fsdp=uses_fsdp(cfg))
-        if cfg.get("grpo") is None:
-            cfg["grpo"] = {}
-        if cfg.get("trainer_cls") not in (None, TRAINER_CLS):
-            LOG.warning("grpo_plugin: replacing trainer_cls %r with %s", cfg.get("trainer_cls"), TRAINER_CLS)
-        cfg["trainer_cls"] = TRAINER_CLS
-        trl = cfg.get("trl")
-        if trl is None:
-            trl = cfg["trl"] = {}
-        vllm = cfg.get("vllm")
-        if vllm is None:
-            vllm = cfg["vllm"] = {}
-        trl.setdefault("use_vllm", True)
-        trl.setdefault("vllm_mode", "server")
-        trl.setdefault("use_data_producer", True)
-        if world_size() > 1:
-            # several ranks: a rank skipping its zero-advantage micro-batch skips the loss's collectives while the
-            # others wait in them (a deadlock; config/checks.py refuses an explicit true)
-            trl.setdefault("skip_zero_advantage_batches", False)
-        vllm.setdefault("serve_module", SERVE_MODULE)
-        vllm.setdefault("host", "127.0.0.1")
-        vllm.setdefault("port", 8000)
-        trl.setdefault("vllm_server_host", vllm["host"])
-        trl.setdefault("vllm_server_port", vllm["port"])
-        atropos = (cfg.get("grpo") or {}).get("atropos")
-        if atropos is not None:
-            self._register_atropos(cfg, trl, atropos if isinstance(atropos, dict) else {})
-
-    @staticmethod
-    def _register_atropos(cfg, trl, atropos: dict) -> None:
-        """Rollouts come from Atropos: the environments' scores are the reward, and axolotl's required
-        `datasets:` gets a marker (the plugin's load_datasets hook supplies the placeholder prompt rows)."""
-        from grpo_plugin.config.checks import ATROPOS_DATASET_MARKER, ENV_SCORE_REWARD, atropos_batch_size
-
-        if not trl.get("reward_funcs"):
-            trl["reward_funcs"] = [ENV_SCORE_REWARD]
-        if not cfg.get("datasets"):
-            cfg["datasets"] = [{"path": ATROPOS_DATASET_MARKER}]
-        if trl.get("num_generations") is None:
-            # axolotl's reward path groups rows by num_generations; the real groups come from the envs
-            trl["num_generations"] = int(atropos.get("group_size") or atropos_batch_size(cfg))
+        fill_defaults(cfg)
 
     def load_datasets(self, cfg, preprocess: bool = False):
-        grpo = cfg.get("grpo") or {}
-        if not grpo.get("atropos"):
+        if settings_of(cfg).atropos is None:
             return None
         from grpo_plugin.producers.atropos import placeholder_dataset
 
@@ -92,10 +51,9 @@ class GRPOPlugin(BasePlugin):
         # the host's imports are done: its collections after each model load skip them (compat/collector.py)
         freeze_loaded()
         # Start the managed server as early as possible: it boots while axolotl loads the model.
-        grpo = cfg.get("grpo") or {}
         # One server per run: with several trainer processes only global rank 0 starts it (the others wait
         # for its /health like any client).
-        if grpo.get("managed_server") and os.environ.get("RANK", "0") == "0":
+        if settings_of(cfg).managed_server and global_rank() == 0:
             from grpo_plugin.server import managed
 
             managed.start(cfg)
@@ -104,7 +62,7 @@ class GRPOPlugin(BasePlugin):
         # Runs just before axolotl picks the checkpoint to resume from: make it the newest COMPLETE one.
         from grpo_plugin.checkpoints import settle_resume
 
-        settle_resume(cfg, rank=int(os.environ.get("RANK", "0")))
+        settle_resume(cfg, rank=global_rank())
         acc = trainer.accelerator
         if acc.num_processes > 1:
             from grpo_plugin.compat.cpu_ranks import describe_ranks

@@ -9,12 +9,18 @@ from typing import Any
 from urllib.parse import urlparse
 
 # host names that mean "this machine" (0.0.0.0 and "" as a server binds them)
+SERVER_HOST, SERVER_PORT = "127.0.0.1", 8000  # the vLLM server's address when `vllm:` names none
 LOCAL_HOSTS = frozenset(("127.0.0.1", "localhost", "0.0.0.0", "::1", ""))
 
 
 def world_size() -> int:
     """Trainer processes in this launch (torchrun / accelerate's WORLD_SIZE; 1 when not launched by them)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def global_rank() -> int:
+    """This trainer process's rank among all of them (torchrun / accelerate's RANK; 0 when not launched by them)."""
+    return int(os.environ.get("RANK", "0"))
 
 
 def is_local(host: str | None) -> bool:
@@ -24,7 +30,7 @@ def is_local(host: str | None) -> bool:
 def connect_host(host: str | None) -> str:
     """The host a client connects to for a server bound to `host`: the loopback for an any-address bind (0.0.0.0,
     "") or none given, else `host` itself."""
-    return "127.0.0.1" if host in ("0.0.0.0", "", None) else host
+    return SERVER_HOST if host in ("0.0.0.0", "", None) else host
 
 
 def server_url(host: str | None, port: int) -> str:

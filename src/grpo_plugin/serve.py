@@ -13,7 +13,6 @@ import sys
 import time
 
 from grpo_plugin.config import lookups
-from grpo_plugin.config.schema import DEFAULT_SYNC
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.process import Progress, ServerStartError, VLLMServerProcess, start_servers
 
@@ -25,8 +24,8 @@ def main(script_args) -> None:
         "tensor_parallel_size", "enable_prefix_caching")}
     if getattr(script_args, "enforce_eager", None):
         overrides["enforce_eager"] = True
-    grpo = cfg.get("grpo") or {}
-    if grpo.get("server_urls"):
+    settings = lookups.settings_of(cfg)
+    if settings.server_urls:
         print("[grpo_plugin] note: grpo.server_urls lists servers started elsewhere; this starts the one server "
               "of this config's vllm: block (run it on each machine, with its own vllm.port if needed).",
               flush=True)
@@ -53,7 +52,7 @@ def main(script_args) -> None:
     for server in servers:
         client = VLLMServerClient(server.spec.base_url)
         try:
-            server.wait_healthy(float(grpo.get("server_timeout") or 600), client.healthy,
+            server.wait_healthy(settings.server_timeout, client.healthy,
                                 Progress(f"starting vLLM on {server.spec.base_url}", every=5.0))
         except ServerStartError as exc:
             print(f"[grpo_plugin] ERROR: {exc}", file=sys.stderr, flush=True)
@@ -64,7 +63,7 @@ def main(script_args) -> None:
     urls = ", ".join(s.spec.base_url for s in servers)
     lora = f"on, max rank {spec.max_lora_rank}" if spec.enable_lora else "off"
     print(f"[grpo_plugin] vLLM server{'s' if len(servers) > 1 else ''} ready at {urls} (sync mode: "
-          f"{grpo.get('sync', DEFAULT_SYNC)}, LoRA: {lora}{shared}). Now run `axolotl train <config.yaml>`. "
+          f"{settings.sync}, LoRA: {lora}{shared}). Now run `axolotl train <config.yaml>`. "
           f"Ctrl-C stops the server{'s' if len(servers) > 1 else ''}.", flush=True)
     code = _wait_any(servers)
     stop_all()

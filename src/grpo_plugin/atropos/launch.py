@@ -29,7 +29,9 @@ import requests
 import yaml
 
 from grpo_plugin import runtime
-from grpo_plugin.config.schema import AtroposSettings
+from grpo_plugin.config.lookups import settings_of
+from grpo_plugin.config.schema import GRPOSettings
+from grpo_plugin.runtime import SERVER_HOST, SERVER_PORT
 from grpo_plugin.server.process import Progress, port_in_use, stop_tree, wait_until
 from grpo_plugin.server.tether import kept
 
@@ -54,13 +56,13 @@ def _tail(path: Path, n: int = 25) -> str:
 def env_command(module: str, cfg: dict, settings, args: list[str]) -> list[str]:
     """The command line of one environment process."""
     vllm = cfg.get("vllm") or {}
-    host = runtime.connect_host(vllm.get("host"))
+    base = runtime.server_url(vllm.get("host"), int(vllm.get("port") or SERVER_PORT))
     model = str(cfg["base_model"])
     cmd = [sys.executable, "-m", module, "serve",
            "--env.tokenizer_name", model, "--env.rollout_server_url", settings.url]
     if settings.group_size:
         cmd += ["--env.group_size", str(settings.group_size)]
-    cmd += ["--openai.base_url", f"http://{host}:{int(vllm.get('port') or 8000)}/v1", "--openai.model_name", model,
+    cmd += ["--openai.base_url", f"{base}/v1", "--openai.model_name", model,
             "--openai.tokenizer_name", model, "--openai.server_type", "vllm", "--openai.api_key", "none"]
     return cmd + list(args)
 
@@ -69,8 +71,10 @@ MAX_RESTARTS = 3  # per process the launcher restarts
 
 
 class Launch:
-    def __init__(self, config: Path, cfg: dict, settings, train_args: list[str]):
-        self.config, self.cfg, self.settings, self.train_args = config, cfg, settings, train_args
+    def __init__(self, config: Path, cfg: dict, grpo: GRPOSettings | None, train_args: list[str]):
+        """`grpo`: the config's validated `grpo:` block (with its `atropos:` block)."""
+        self.config, self.cfg, self.grpo, self.train_args = config, cfg, grpo, train_args
+        self.settings = grpo.atropos if grpo is not None else None
         self.logs = Path(cfg.get("output_dir") or "outputs") / "atropos_logs"
         self.procs: list[tuple[str, subprocess.Popen]] = []  # (name, process), in start order
         self.trainer: subprocess.Popen | None = None
@@ -110,8 +114,7 @@ class Launch:
             raise LaunchError(f"port {api.port} (grpo.atropos.url {self.settings.url}) is already in use. Stop "
                               "that program yourself, or change grpo.atropos.url. Nothing was killed.")
         self._start_run_api()
-        grpo = self.cfg.get("grpo") or {}
-        if not grpo.get("managed_server"):
+        if not self.grpo.managed_server:
             self._start_server()
         self.trainer = self._start("trainer (axolotl train)",
                                    [str(BIN / "axolotl"), "train", str(self.config), *self.train_args], None)
@@ -156,7 +159,7 @@ class Launch:
 
     def _start_server(self) -> None:
         vllm = self.cfg.get("vllm") or {}
-        host, port = str(vllm.get("host") or "127.0.0.1"), int(vllm.get("port") or 8000)
+        host, port = str(vllm.get("host") or SERVER_HOST), int(vllm.get("port") or SERVER_PORT)
         if port_in_use(host, port):
             raise LaunchError(f"port {port} (vllm.port) is already in use. Stop that program yourself, or change "
                               "vllm.port. Nothing was killed.")
@@ -172,7 +175,7 @@ class Launch:
             except requests.RequestException:
                 return False
 
-        timeout = float((self.cfg.get("grpo") or {}).get("server_timeout") or 600)
+        timeout = self.grpo.server_timeout
         if wait_until(healthy, timeout, Progress(f"starting vLLM on {base}"), lambda _: "loading model",
                       ready="ready", poll=1.0) is None:
             raise LaunchError(f"the vLLM server did not become healthy within {timeout:.0f} s; the end of "
@@ -260,15 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.config)
     try:
         cfg = yaml.safe_load(path.read_text())
-        block = ((cfg or {}).get("grpo") or {}).get("atropos")
-        if block is None:
+        grpo = settings_of(cfg)
+        if grpo.atropos is None:
             raise LaunchError(f"{path} has no grpo.atropos block (see docs/atropos.md)")
-        settings = AtroposSettings(**block)
     except (OSError, yaml.YAMLError, ValueError, LaunchError) as exc:
         _say(f"ERROR: {exc}")
         return 2
     train_args = [a for a in args.train_args if a != "--"]
-    run = Launch(path, cfg, settings, train_args)
+    run = Launch(path, cfg, grpo, train_args)
 
     def _terminate(signum, frame):
         raise KeyboardInterrupt

@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 
 from grpo_plugin.options import GENERATION_KWARGS_INSTEAD, LOSS_TYPES, NOT_AXOLOTL_KEYS_INSTEAD, REFUSED_WHEN_SET
-from grpo_plugin.runtime import config_value, is_local, world_size
+from grpo_plugin.runtime import SERVER_HOST, SERVER_PORT, config_value, is_local, world_size
 
 
 def check_cross_keys(data: dict) -> None:
@@ -152,7 +152,8 @@ def _check_atropos(data: dict, atropos) -> None:
                         "trl.num_generations (with grpo.atropos the plugin sets it to the group size).")
     vllm = data.get("vllm") or {}
     api = urlparse(str(config_value(atropos, "url") or "http://127.0.0.1:8000"))
-    vhost, vport = str(config_value(vllm, "host") or "127.0.0.1"), int(config_value(vllm, "port") or 8000)
+    vhost = str(config_value(vllm, "host") or SERVER_HOST)
+    vport = int(config_value(vllm, "port") or SERVER_PORT)
     if api.port == vport and (api.hostname == vhost or (is_local(api.hostname) and is_local(vhost))):
         problems.append(f"grpo.atropos.url {config_value(atropos, 'url')} and the vLLM server (vllm.port {vport}) "
                         "use the same port. Move one of them (e.g. `vllm: {port: 8001}`).")

@@ -15,7 +15,13 @@ def loaded_cfg() -> dict:
     return PluginManager.get_instance().cfg or {}
 
 
+def settings_of(cfg) -> GRPOSettings:
+    """The `grpo:` block of an axolotl config (`cfg`: a dict or axolotl's DictDefault), validated: the one way
+    code outside config/ reads it. Raises pydantic's ValidationError on a block the schema refuses."""
+    block = (cfg or {}).get("grpo")
+    return GRPOSettings(**(dict(block) if block else {}))
+
+
 def current_settings() -> GRPOSettings:
     """The validated `grpo:` block of the config axolotl loaded in this process."""
-    block = loaded_cfg().get("grpo")
-    return GRPOSettings(**(dict(block) if block else {}))
+    return settings_of(loaded_cfg())

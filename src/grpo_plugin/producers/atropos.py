@@ -61,8 +61,8 @@ def env_score(prompts=None, completions=None, atropos_score=None, **kwargs) -> l
 
 
 def _eval_reward_funcs() -> list:
-    atropos = (lookups.loaded_cfg().get("grpo") or {}).get("atropos") or {}
-    return [import_callable(p) for p in atropos.get("eval_reward_funcs") or []]
+    atropos = lookups.current_settings().atropos
+    return [import_callable(p) for p in (atropos.eval_reward_funcs if atropos else None) or []]
 
 
 def placeholder_dataset(cfg):

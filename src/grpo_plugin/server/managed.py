@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from grpo_plugin.config.lookups import settings_of
 from grpo_plugin.server.process import VLLMServerProcess, start_servers
 
 _SERVERS: list[VLLMServerProcess] = []
@@ -20,8 +21,7 @@ def servers() -> list[VLLMServerProcess]:
 
 
 def log_path(cfg, index: int) -> str:
-    grpo = cfg.get("grpo") or {}
-    log = grpo.get("server_log") or str(Path(cfg.get("output_dir") or ".") / "vllm_server.log")
+    log = settings_of(cfg).server_log or str(Path(cfg.get("output_dir") or ".") / "vllm_server.log")
     if index == 0:
         return log
     path = Path(log)

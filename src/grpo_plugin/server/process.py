@@ -22,7 +22,8 @@ from pathlib import Path
 import psutil
 
 from grpo_plugin import runtime
-from grpo_plugin.config.schema import DEFAULT_SYNC
+from grpo_plugin.config.lookups import settings_of
+from grpo_plugin.runtime import SERVER_HOST, SERVER_PORT
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.tether import tethered
 from grpo_plugin.serverconfig import (
@@ -47,8 +48,8 @@ class PortInUseError(ServerStartError):
 @dataclass
 class ServerSpec:
     model: str
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = SERVER_HOST
+    port: int = SERVER_PORT
     dtype: str | None = None
     max_model_len: int | None = None
     enforce_eager: bool = False
@@ -440,7 +441,7 @@ def specs_from_cfg(cfg, **overrides) -> list[ServerSpec]:
     """One spec per server `grpo.num_servers` asks for: the same settings on consecutive ports from vllm.port;
     on a GPU machine each gets its own tensor_parallel_size GPUs of the visible ones (device_slices)."""
     first = spec_from_cfg(cfg, **overrides)
-    n = int((cfg.get("grpo") or {}).get("num_servers") or 1)
+    n = settings_of(cfg).num_servers
     gpus = visible_gpus() if n > 1 else []
     devices = device_slices(gpus, n, first.tensor_parallel_size) if gpus else [None] * n
     bind_cpus = n > 1 and not gpus and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
@@ -469,7 +470,8 @@ def start_servers(cfg, log_path: Callable[[int], str | None] = lambda i: None,
 def spec_from_cfg(cfg, **overrides) -> ServerSpec:
     """Server settings from the validated axolotl config (`base_model`, `vllm:`, `lora_r`); CLI overrides win."""
     vllm = cfg.get("vllm") or {}
-    grpo = cfg.get("grpo") or {}
+    settings = settings_of(cfg)
+    sync = settings.sync
 
     def get(key, default=None):
         for source in (overrides, vllm):
@@ -478,11 +480,11 @@ def spec_from_cfg(cfg, **overrides) -> ServerSpec:
         return default
 
     adapter = cfg.get("adapter")
-    ipc = grpo.get("sync") == "ipc"
+    ipc = sync == "ipc"
     return ServerSpec(
         model=overrides.get("model") or cfg.get("base_model"),
-        host=get("host", "127.0.0.1"),
-        port=int(get("port", 8000)),
+        host=get("host", SERVER_HOST),
+        port=int(get("port", SERVER_PORT)),
         dtype=(trainer_dtype(cfg) or "auto") if ipc and get("dtype") in (None, "auto") else get("dtype"),
         max_model_len=get("max_model_len"),
         enforce_eager=bool(get("enforce_eager", False)),
@@ -490,11 +492,11 @@ def spec_from_cfg(cfg, **overrides) -> ServerSpec:
         tensor_parallel_size=int(get("tensor_parallel_size", 1) or 1),
         enable_prefix_caching=get("enable_prefix_caching"),
         trust_remote_code=bool(cfg.get("trust_remote_code")),
-        enable_lora=(grpo.get("sync") or DEFAULT_SYNC) == "lora_sync" and adapter in ("lora", "qlora"),
+        enable_lora=sync == "lora_sync" and adapter in ("lora", "qlora"),
         max_lora_rank=lora_rank_for_vllm(int(cfg.get("lora_r") or 16)),
         seed=int(cfg["seed"]) if cfg.get("seed") is not None else None,
         ipc=ipc,
-        ipc_root=grpo.get("sync_dir") if ipc else None,
-        ipc_gemm=grpo.get("ipc_gemm") or "onednn",
+        ipc_root=settings.sync_dir if ipc else None,
+        ipc_gemm=settings.ipc_gemm or "onednn",
     )
 

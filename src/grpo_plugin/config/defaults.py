@@ -1,0 +1,58 @@
+"""The defaults the plugin fills into the raw axolotl config before it is validated (the plugin's `register`
+hook; also for `axolotl vllm-serve`): the trainer class, TRL's server mode and data producer, the server module and
+address (runtime.py: SERVER_HOST, SERVER_PORT), and what an Atropos run needs. Only defaults: an explicit conflicting
+value is left for validation to reject."""
+
+from __future__ import annotations
+
+import logging
+
+from grpo_plugin.config.checks import ATROPOS_DATASET_MARKER, ENV_SCORE_REWARD, atropos_batch_size
+from grpo_plugin.runtime import SERVER_HOST, SERVER_PORT, world_size
+
+LOG = logging.getLogger("grpo_plugin")
+
+TRAINER_CLS = "grpo_plugin.trainer.GRPOPluginTrainer"
+SERVE_MODULE = "grpo_plugin.serve"
+
+
+def fill_defaults(cfg) -> None:
+    """Fill the plugin's defaults into `cfg` (axolotl's raw config, changed in place)."""
+    if cfg.get("grpo") is None:
+        cfg["grpo"] = {}
+    if cfg.get("trainer_cls") not in (None, TRAINER_CLS):
+        LOG.warning("grpo_plugin: replacing trainer_cls %r with %s", cfg.get("trainer_cls"), TRAINER_CLS)
+    cfg["trainer_cls"] = TRAINER_CLS
+    trl = cfg.get("trl")
+    if trl is None:
+        trl = cfg["trl"] = {}
+    vllm = cfg.get("vllm")
+    if vllm is None:
+        vllm = cfg["vllm"] = {}
+    trl.setdefault("use_vllm", True)
+    trl.setdefault("vllm_mode", "server")
+    trl.setdefault("use_data_producer", True)
+    if world_size() > 1:
+        # several ranks: a rank skipping its zero-advantage micro-batch skips the loss's collectives while the
+        # others wait in them (a deadlock; config/checks.py refuses an explicit true)
+        trl.setdefault("skip_zero_advantage_batches", False)
+    vllm.setdefault("serve_module", SERVE_MODULE)
+    vllm.setdefault("host", SERVER_HOST)
+    vllm.setdefault("port", SERVER_PORT)
+    trl.setdefault("vllm_server_host", vllm["host"])
+    trl.setdefault("vllm_server_port", vllm["port"])
+    atropos = cfg["grpo"].get("atropos")
+    if atropos is not None:
+        _fill_atropos(cfg, trl, atropos if isinstance(atropos, dict) else {})
+
+
+def _fill_atropos(cfg, trl, atropos: dict) -> None:
+    """Rollouts come from Atropos: the environments' scores are the reward, and axolotl's required
+    `datasets:` gets a marker (the plugin's load_datasets hook supplies the placeholder prompt rows)."""
+    if not trl.get("reward_funcs"):
+        trl["reward_funcs"] = [ENV_SCORE_REWARD]
+    if not cfg.get("datasets"):
+        cfg["datasets"] = [{"path": ATROPOS_DATASET_MARKER}]
+    if trl.get("num_generations") is None:
+        # axolotl's reward path groups rows by num_generations; the real groups come from the envs
+        trl["num_generations"] = int(atropos.get("group_size") or atropos_batch_size(cfg))
