@@ -197,8 +197,8 @@ NOT_AXOLOTL_KEYS_INSTEAD: dict[str, str] = {
     "vllm_tensor_parallel_size": "vllm.tensor_parallel_size",
 }
 
-# Fields of the generation request the plugin sets itself (server/client.py GENERATE_FIELDS), so
-# trl.generation_kwargs may not: why, and what to use instead
+# Fields of the generation request the plugin sets itself (server/client.py generate), so trl.generation_kwargs may
+# not: why, and what to use instead
 GENERATION_KWARGS_INSTEAD: dict[str, str] = {
     "model": "it names the policy it serves",
     "prompt": "it sends the dataset's prompts",
@@ -217,3 +217,5 @@ GENERATION_KWARGS_INSTEAD: dict[str, str] = {
     "echo": "it reads only the completion from the reply",
     "stream": "it reads one JSON reply",
 }
+# the same fields, as the request builder checks them (server/client.py)
+GENERATE_FIELDS = tuple(GENERATION_KWARGS_INSTEAD)

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import difflib
 
-from grpo_plugin.options import GENERATION_KWARGS_INSTEAD, LOSS_TYPES, NOT_AXOLOTL_KEYS_INSTEAD, REFUSED_WHEN_SET
+from grpo_plugin.options import (
+    GENERATE_FIELDS,
+    GENERATION_KWARGS_INSTEAD,
+    LOSS_TYPES,
+    NOT_AXOLOTL_KEYS_INSTEAD,
+    REFUSED_WHEN_SET,
+)
 from grpo_plugin.runtime import SERVER_HOST, SERVER_PORT, config_value, is_local, world_size
 
 
@@ -66,9 +72,6 @@ def trl_problems(trl: dict) -> list[str]:
     """`trl:` keys the plugin would otherwise ignore or break on, each with why and what to use instead (the reasons
     are data: options.py)."""
     from axolotl.utils.schemas.trl import TRLConfig
-
-    # here, not at the top: the HTTP client (requests) costs ~0.2 s at config load
-    from grpo_plugin.server.client import GENERATE_FIELDS
 
     known = list(TRLConfig.model_fields)
     problems = []

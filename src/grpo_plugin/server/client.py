@@ -18,6 +18,8 @@ from typing import Any
 
 import requests
 
+from grpo_plugin.options import GENERATE_FIELDS
+
 
 class ServerError(RuntimeError):
     """The vLLM server answered something we cannot use (or did not answer)."""
@@ -27,10 +29,9 @@ class ServerLost(ServerError):
     """The server stopped answering while a request was in flight (its process exited, or it hung)."""
 
 
-# Request fields `generate` decides: the sampling settings from its arguments, the rest because it reads the reply
-# by them. `extra` (trl.generation_kwargs) may add other fields of vLLM's request, not change these.
-GENERATE_FIELDS = ("model", "prompt", "n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-                   "seed", "logprobs", "return_tokens_as_token_ids", "skip_special_tokens", "echo", "stream")
+# Request fields `generate` decides (options.GENERATE_FIELDS): the sampling settings from its arguments, the rest
+# because it reads the reply by them. `extra` (trl.generation_kwargs) may add other fields of vLLM's request, not
+# change these.
 
 
 @dataclass
