@@ -109,6 +109,8 @@ class Sandbox:
         self.last_unique = 0  # programs the last batch actually ran (after dedupe)
         self.isolation = ""
         self.missing: list[str] = []  # layers this sandbox runs without (accepted by GRPO_SANDBOX_ACCEPT_MISSING)
+        self.slot_cgroups: cgroups.SlotCgroups | None = None  # the slots' memory and pids cgroups (cgroups.py)
+        self.cgroups_missing = ""  # why there are none, where there are none
         self._start()
 
     # ---- the fork server ------------------------------------------------------------------------
@@ -226,7 +228,7 @@ class Sandbox:
         self._remove_cgroups()
 
     def _remove_cgroups(self) -> None:
-        made, self.slot_cgroups = getattr(self, "slot_cgroups", None), None
+        made, self.slot_cgroups = self.slot_cgroups, None
         if made is not None:
             made.remove()
 

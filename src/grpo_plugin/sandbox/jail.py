@@ -159,21 +159,20 @@ class Jail:
         the maps itself; an ordinary user maps its subordinate ids (/etc/subuid, /etc/subgid) through the setuid
         `newuidmap` / `newgidmap` helpers, as rootless containers do. Raises JailUnavailable("identity") saying
         what is missing."""
-        maps = {"uid_map": (os.getuid(), "/etc/subuid", "newuidmap"), "gid_map": (os.getgid(), "/etc/subgid",
-                                                                                 "newgidmap")}
-        plan: dict[str, list[str]] = {}
-        for kind, (own, table, helper_bin) in maps.items():
-            if self.root:
-                plan[kind] = ["0", "0", "1", "65533", "65533", "2", str(PROGRAM_UID_BASE), str(PROGRAM_UID_BASE),
-                              str(PROGRAM_IDS)]
-                continue
-            tool = shutil.which(helper_bin)
-            if tool is None:
-                raise JailUnavailable("identity", f"the trainer does not run as root and `{helper_bin}` is not "
-                                                  "installed (the `uidmap` package) to map subordinate ids")
-            start = subordinate_ids(table, own, 2 + PROGRAM_IDS)
-            plan[kind] = [tool, "0", str(own), "1", "65533", str(start), "2", str(PROGRAM_UID_BASE),
-                          str(start + 2), str(PROGRAM_IDS)]
+        # (inside, outside, count) ranges per map: root maps the ids onto themselves, an ordinary user its own id
+        # and its subordinate ones
+        plan: dict[str, tuple[str | None, list[tuple[int, int, int]]]] = {}
+        for kind, own, table, helper_bin in (("uid_map", os.getuid(), "/etc/subuid", "newuidmap"),
+                                             ("gid_map", os.getgid(), "/etc/subgid", "newgidmap")):
+            tool, first = None, 65533
+            if not self.root:
+                tool = shutil.which(helper_bin)
+                if tool is None:
+                    raise JailUnavailable("identity", f"the trainer does not run as root and `{helper_bin}` is not "
+                                                      "installed (the `uidmap` package) to map subordinate ids")
+                first = subordinate_ids(table, 2 + PROGRAM_IDS)
+            program_first = PROGRAM_UID_BASE if self.root else first + 2
+            plan[kind] = tool, [(0, own, 1), (65533, first, 2), (PROGRAM_UID_BASE, program_first, PROGRAM_IDS)]
         helper = subprocess.Popen(  # noqa: S603
             [self.python, "-I", "-S", "-c",
              "import ctypes, sys\n"
@@ -184,14 +183,15 @@ class Jail:
         try:
             if helper.stdout.readline().strip() != b"ready":
                 raise JailUnavailable("identity", "no user namespace: " + helper.stderr.read().decode(errors="replace"))
-            for kind, args in plan.items():
-                if self.root:
+            for kind, (tool, ranges) in plan.items():
+                if tool is None:
                     with open(f"/proc/{helper.pid}/{kind}", "w") as f:
-                        f.write("".join(" ".join(args[k:k + 3]) + "\n" for k in range(0, len(args), 3)))
+                        f.write("".join(f"{i} {o} {n}\n" for i, o, n in ranges))
                     continue
-                done = subprocess.run([args[0], str(helper.pid), *args[1:]], capture_output=True, text=True)  # noqa: S603
+                args = [str(x) for r in ranges for x in r]
+                done = subprocess.run([tool, str(helper.pid), *args], capture_output=True, text=True)  # noqa: S603
                 if done.returncode != 0:
-                    raise JailUnavailable("identity", f"{os.path.basename(args[0])} failed: "
+                    raise JailUnavailable("identity", f"{os.path.basename(tool)} failed: "
                                                       f"{(done.stderr or done.stdout).strip()}")
             self.userns_fd = os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
@@ -242,11 +242,12 @@ class Jail:
             self.userns_fd = -1
 
 
-def subordinate_ids(table: str, own: int, need: int) -> int:
-    """The first of `need` consecutive subordinate ids /etc/subuid (or /etc/subgid) grants this user (`own`: its
-    uid or gid), by name or number; JailUnavailable("identity") naming the file when it grants fewer."""
+def subordinate_ids(table: str, need: int) -> int:
+    """The first of `need` consecutive subordinate ids /etc/subuid (or /etc/subgid) grants this user, named in
+    either file by its name or its uid; JailUnavailable("identity") naming the file when it grants fewer."""
+    own = os.getuid()
     try:
-        name = pwd.getpwuid(os.getuid()).pw_name
+        name = pwd.getpwuid(own).pw_name
     except KeyError:
         name = None
     try:
