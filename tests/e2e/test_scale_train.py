@@ -1,14 +1,15 @@
 """Several vLLM servers through `axolotl train` (server/group.py), as a user runs the configs/scale quickstarts:
 two managed servers on consecutive ports, rollouts from both, every push to both and verified on EACH by its own
 probe; one server killed and the other hung mid-run, each brought back while the other keeps serving; ipc with
-two servers and one shared copy of the weights; restart with two servers is run by two trainer ranks under
-DeepSpeed ZeRO-3.
+two servers and one shared copy of the weights, trained by two DDP ranks; restart with two servers is run by two
+trainer ranks under DeepSpeed ZeRO-3.
 
 Each test starts its own two servers (`num_servers` is what is under test); marked `slow`."""
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -150,14 +151,24 @@ def test_restart_two_managed_servers_two_zero3_ranks(tmp_path, tiny_model_dir, t
     assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
 
 
-def test_ipc_two_managed_servers_share_one_copy(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
-    """ipc with two servers: the second maps the first's weight file (read from /proc/<pid>/maps of both server
-    processes while training), the trainer writes it, every step verified on both."""
-    steps = 10
-    path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "ipc", steps)
+def test_ipc_two_managed_servers_two_ddp_ranks_share_one_copy(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    """ipc with two servers and two trainer ranks (DDP, one run for both, to keep CI's time): rank 0's model is the
+    shared copy, the other rank keeps its replica; the second server maps the first's weight file (read from
+    /proc/<pid>/maps of both server processes while training); the fence defaults to `server` with two ranks (the
+    other rank may generate while rank 0's optimizer writes); rank 0 starts both servers; every step verified on
+    both. Before the re-attach of sync/ipc.py `detached`, the probe stopped such a run at step 1 (0.215 nats):
+    accelerate's device move had copied rank 0's parameters off the shared file."""
+    from tests.e2e.test_multiprocess_train import TWO_RANKS, assert_two_ranks
+
+    steps = 6
+    path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "ipc", steps, ipc_fence=None)
+    cfg["micro_batch_size"] = 16  # per rank: 2 prompts x 8
+    import yaml
+
+    path.write_text(yaml.safe_dump(cfg))
     port = cfg["vllm"]["port"]
     log = tmp_path / "train.log"
-    proc = _start_train(path, log)
+    proc = _start_train(path, log, TWO_RANKS)
     try:
         _wait_step(cfg, 3, proc, log)
         maps, server_pids = {}, set()
@@ -173,6 +184,13 @@ def test_ipc_two_managed_servers_share_one_copy(tmp_path, tiny_model_dir, tiny_d
     assert proc.returncode == 0, text[-6000:]
     files = list(maps.values())
     assert len(files) == 2 and len(files[0]) == 1 and files[0] == files[1], maps  # ONE file, mapped by both
-    assert next(iter(files[0])) in trainer_maps, (maps, trainer_maps)  # ... and by the trainer
+    assert next(iter(files[0])) in trainer_maps, (maps, trainer_maps)  # ... and by the trainer (rank 0)
     assert "1 more server(s) mapping the same file" in text
+    assert_two_ranks(text, "MULTI_CPU")
     _assert_verified_on_both(cfg, steps)
+    started = re.findall(r"started managed vLLM server pid (\d+)", text)
+    assert len(started) == 2, started  # both by rank 0
+    # rank 0 only: at start, and once more after accelerate's move of the model to `cpu:0` (a copy) was found at
+    # the first push — the probe of that push verified the re-attached weights
+    assert text.count("parameters attached to") == 2 and text.count("moved off the shared copy") == 1, text[-3000:]
+    assert all(gone(int(pid), timeout=5) for pid in started)

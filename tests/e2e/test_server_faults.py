@@ -146,11 +146,13 @@ def test_full_weight_modes_survive_a_killed_or_hung_managed_server(mode, tmp_pat
     config = "quickstart_ipc.yaml" if mode == "ipc" else "quickstart_restart.yaml"
     grpo: dict = {"server_hang_timeout": 10, "server_timeout": 240}  # a restart takes ~35 s here
     steps, fault_at = 20, 4  # the tiny task's reward takes off around steps 5-12
+    trl = {"async_prefetch": True} if mode == "ipc" else {}  # ipc's async run (test_async_prefetch.py) is this one
     if mode == "restart_process":  # every push is a 30 s restart here: fewer steps, no learning claim
         grpo.update(restart_strategy="process", sync_interval=6)
         steps, fault_at = 16, 2
     before = sync_dirs("restart")
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=config, max_steps=steps, grpo=grpo)
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=config, max_steps=steps, grpo=grpo,
+                           trl=trl)
     log = tmp_path / "train.log"
     proc = _start_train(path, log)
     try:
@@ -169,6 +171,11 @@ def test_full_weight_modes_survive_a_killed_or_hung_managed_server(mode, tmp_pat
     s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
     if mode == "ipc":
         assert text.count("re-attaching to the new server") == 1
+        # async prefetch on the shared copy: rollouts generated while the step before trained, the lag bound
+        # held across the re-attach (a rollout prefetched before the kill is dropped, not trained)
+        from tests.e2e.test_async_prefetch import _check_async
+
+        _check_async(cfg, text, steps)
     if mode == "restart_process":
         # step 0: the managed server started on the initial weights, verified only (no restart)
         assert not recs[0]["sync_pushed"] and recs[0]["sync_ms"] == 0 and recs[0]["sync_logprob_diff"] <= TOL
