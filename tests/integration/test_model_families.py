@@ -7,7 +7,10 @@ restart's in-place reload of the full weights), one sharing its weights (ipc). E
 (`-s`) for the table in docs/modes.md.
 
 qwen2, the default tiny model, is left out unless GRPO_FAMILIES names it (e.g. GRPO_FAMILIES=qwen2,qwen3,llama,
-mistral): every other integration test runs each mode on it already, and each family costs ~65 s of CI."""
+mistral): every other integration test runs each mode on it already, and each family costs ~65 s of CI. So is
+llama: the plugin has no code per family, and vLLM's MistralForCausalLM is its LlamaForCausalLM (a subclass: the
+same weight names and fused layout), so the mistral run (untied head, GQA, no biases, and a sliding window) is
+the one CI runs of the two; llama's own difference, llama3 rope scaling, is vLLM's to compute."""
 
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ STEPS = 3
 PROBE = "family probe: 0123456789 The quick brown fox"
 
 
-TESTED = os.environ.get("GRPO_FAMILIES", "qwen3,llama,mistral").split(",")
+TESTED = os.environ.get("GRPO_FAMILIES", "qwen3,mistral").split(",")
 
 
 @pytest.fixture(scope="module", params=[f for f in sorted(FAMILIES) if f in TESTED])
