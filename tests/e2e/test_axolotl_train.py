@@ -101,8 +101,8 @@ def gone(pid: int, timeout: float = 60) -> bool:
 @pytest.mark.smoke
 def test_quickstart_managed_server_learns_and_verifies_every_sync(tmp_path, tiny_model_dir, tiny_data_file,
                                                                   cache_env):
-    steps = 30
-    # with an eval set: 8 held-out prompts, evaluated at the start, at steps 10 and 20, and at 30 (the end)
+    steps = 20
+    # with an eval set: 8 held-out prompts, evaluated at the start, at step 10 and at 20 (the end)
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps, **EVAL)
     proc = train(path, launcher=())  # the user's command as is
     log = proc.stdout + proc.stderr

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from tests.conftest import free_ports
+from tests.e2e.test_async_prefetch import _check_async
 from tests.e2e.test_axolotl_train import gone, quickstart
 from tests.e2e.test_server_faults import _api_servers, _finish, _records, _start_train, _wait_step
 
@@ -26,8 +27,10 @@ TOL = 1e-4  # fp32 quickstarts
 
 
 def _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, mode: str, steps: int, deepspeed: str | None = None,
-                    **grpo):
+                    trl: dict | None = None, **grpo):
     extra = {"deepspeed": deepspeed} if deepspeed else {}
+    if trl:
+        extra["trl"] = trl
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=f"scale/quickstart_2servers_{mode}.yaml",
                            max_steps=steps, grpo=grpo, **extra)
     cfg["vllm"]["port"] = free_ports(2)
@@ -83,13 +86,17 @@ def _listening(proc_pid: int, port: int) -> int | None:
 
 def test_lora_sync_two_managed_servers_one_killed_the_other_hung_each_recovered(tmp_path, tiny_model_dir,
                                                                                 tiny_data_file, cache_env):
-    """lora_sync on two managed servers, 24 steps: the second server is killed (-9) at step 6, the first hung
-    (SIGSTOP) at step 14. Each time only the server at fault is restarted (the other keeps its PID), the adapter
-    re-pushed to both and verified on both; the hang is detected from /health within the hang deadline and the
-    hung server stopped (it is ours); every step trained, the reward rising."""
+    """lora_sync on two managed servers with async prefetch, 24 steps: the second server is killed (-9) at step 6,
+    the first hung (SIGSTOP) at step 14, each while a rollout is prefetched in the background. Each time only the
+    server at fault is restarted (the other keeps its PID), the adapter re-pushed to both and verified on both (by
+    the main thread: the background thread never restores weights; the stale prefetched rollout is dropped); the
+    hang is detected from /health within the hang deadline and the hung server stopped (it is ours); every step
+    trained once, the lag bound held, generation overlapping training, the reward rising. (lora_sync's async run
+    with a killed server is this one.)"""
+
     steps = 24
     path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "lora_sync", steps,
-                                server_timeout=240, server_hang_timeout=10)
+                                trl={"async_prefetch": True}, server_timeout=240, server_hang_timeout=10)
     port = cfg["vllm"]["port"]
     log = tmp_path / "train.log"
     proc = _start_train(path, log)
@@ -124,6 +131,7 @@ def test_lora_sync_two_managed_servers_one_killed_the_other_hung_each_recovered(
     assert gone(restarted, timeout=30)  # both of ours stopped at the end
     assert (Path(cfg["output_dir"]) / "vllm_server-1.log").exists()  # the second server's own log
     assert "recovered in" in text
+    _check_async(cfg, text, steps)
 
 
 def test_restart_two_managed_servers_two_zero3_ranks(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
