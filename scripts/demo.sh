@@ -9,11 +9,13 @@
 #     ./scripts/demo.sh qlora           lora_sync on a 4-bit (nf4) base: the server serves the trainer's own base
 #     ./scripts/demo.sh atropos         an Atropos environment generates and scores the rollouts (run-api, env,
 #                                       vLLM server and trainer started and stopped by grpo_plugin.atropos.launch)
+#     ./scripts/demo.sh agent           a two-turn agent (trl.rollout_func): the model answers, the environment
+#                                       replies, the model answers again; the reply's tokens are never trained
 # Further arguments go to `axolotl train`. GRPO_STACK=legacy runs it on the Python 3.11 / axolotl 0.19 stack.
 set -euo pipefail
 MODE=lora_sync
 case "${1:-}" in
-  lora_sync|restart|ipc|atropos|qlora) MODE="$1"; shift ;;
+  lora_sync|restart|ipc|atropos|qlora|agent) MODE="$1"; shift ;;
 esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -28,11 +30,13 @@ if [ ! -f demo/tiny-qwen2/model.safetensors ] || [ ! -f demo/data/digits.jsonl ]
   python -m grpo_plugin.tiny --out demo
 fi
 OUT="outputs/quickstart_$MODE"
+CONFIG="configs/quickstart_$MODE.yaml"
+if [ "$MODE" = agent ]; then OUT=outputs/quickstart_rollout_func; CONFIG=configs/agents/quickstart_rollout_func.yaml; fi
 if [ "$MODE" = atropos ]; then
   echo "[demo] python -m grpo_plugin.atropos.launch configs/quickstart_atropos.yaml  (logs: $OUT/atropos_logs/)"
   python -m grpo_plugin.atropos.launch configs/quickstart_atropos.yaml ${1:+--} "$@"
 else
-  echo "[demo] axolotl train configs/quickstart_$MODE.yaml  (server log: $OUT/vllm_server.log)"
-  axolotl train "configs/quickstart_$MODE.yaml" "$@"
+  echo "[demo] axolotl train $CONFIG  (server log: $OUT/vllm_server.log)"
+  axolotl train "$CONFIG" "$@"
 fi
 python -m grpo_plugin.metrics "$OUT"

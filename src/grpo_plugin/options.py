@@ -61,7 +61,8 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "use_transformers_continuous_batching": (REFUSED, _CHECK),
     "transformers_continuous_batching_config": (REFUSED, _CHECK),
     "use_transformers_paged": (REFUSED, _CHECK),
-    "rollout_func": (REFUSED, _CHECK),
+    "rollout_func": (WORKS, "grpo_plugin.producers.agent.AgentRolloutProducer; "
+                     "tests/unit/test_agent_rollouts.py::test_a_two_turn_rollout_func_trains_only_the_models_tokens"),
     "reward_funcs": (
         WORKS, "tests/unit/test_preflight.py::test_reward_paths_resolve_like_axolotl_or_say_what_is_wrong"),
     "reward_num_workers": (INHERITED, _FAST + "_launch_reward_workers"),
@@ -159,8 +160,6 @@ REFUSED_WHEN_SET: dict[str, tuple[tuple, str]] = {
                                "run. Remove it."),
     "chat_template_kwargs": ((None, {}), "axolotl does not pass it on to TRL (GRPOStrategy.set_training_args_kwargs "
                              "has no line for it), so the prompts would be rendered without it. Remove it."),
-    "rollout_func": ((None,), "the plugin generates the rollouts itself (producers/local.py), so TRL would never call "
-                     "it. Remove it; for rollouts from environments use grpo.atropos."),
     "vllm_sync_interval": ((None,), "the plugin's weight sync replaces axolotl's, which reads it. Use "
                            "grpo.sync_interval."),
     "streaming_partial_batch": ((None, False), "axolotl's streaming scorer bypasses the plugin's scoring hook "

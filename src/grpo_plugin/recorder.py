@@ -192,9 +192,23 @@ class StepMetricsCallback(TrainerCallback):
             extra={"sync_interval": self.settings.sync_interval, "optimizer": optimizer_name(self.optimizer()),
                    "servers": server_summary(records, [c.base_url for c in replicas_of(self.session.client)],
                                              tolerance),
-                   **atropos_summary(records, self.settings)},
+                   **atropos_summary(records, self.settings), **agent_summary(records)},
         )
         self.writer.finish(summary, title=f"grpo_plugin · {self.session.mode}")
+
+
+def agent_summary(records: list[dict]) -> dict:
+    """The summary's `agent` entry (a rollout_func's run: producers/agent.py), from the records; nothing otherwise."""
+    steps = [r for r in records if r.get("agent_model_tokens") is not None]
+    if not steps:
+        return {}
+    return {"agent": {
+        "turns_mean": round(sum(r["agent_turns_mean"] for r in steps) / len(steps), 4),
+        "model_tokens": sum(r["agent_model_tokens"] for r in steps),
+        "env_tokens": sum(r["agent_env_tokens"] for r in steps),
+        "truncated": sum(r["agent_truncated"] for r in steps),
+        "unknown_origin_tokens": sum(r["agent_unknown_origin_tokens"] for r in steps),
+    }}
 
 
 def atropos_summary(records: list[dict], settings: GRPOSettings) -> dict:
@@ -242,4 +256,4 @@ def _row_mean(steps: list[dict]) -> float | None:
     return round(sum(s["reward_mean"] * s["rows"] for s in steps) / rows, 4) if rows else None
 
 
-__all__ = ["StepMetricsCallback", "StepRecorder", "atropos_summary", "envs_summary"]
+__all__ = ["StepMetricsCallback", "StepRecorder", "agent_summary", "atropos_summary", "envs_summary"]

@@ -6,21 +6,20 @@ the host's hooks that hand each job to the object that owns it:
   (scoring.py) are made here and nowhere else.
 - `_create_data_producer`: the producer (producers/build.py) gets what it needs once (producers/spec.py). Its
   rollouts are *deferred*: axolotl's main thread computes rewards, advantages, policy logprobs and the vLLM
-  importance-sampling correction. This path never calls TRL's `_generate_and_score_completions` (where axolotl
-  0.19's `num_tiles` override breaks) nor axolotl 0.19's `_generate_only` (which unpacks 7 of TRL 1.9's 8
-  `_generate` return values).
+  importance-sampling correction (never through TRL's `_generate_and_score_completions` nor axolotl 0.19's
+  `_generate_only`, which break on axolotl 0.19).
 - `_maybe_sync_vllm_weights` (before each new rollout): the session pushes every `grpo.sync_interval` steps and
   verifies each push with the logprob probe.
 - `_compute_deferred_scores`: a rollout sampled with a version whose verification its lost server never answered
-  is sampled again; its record (producers/rollout.py) goes to the recorder.
+  is sampled again; its record (producers/rollout.py) goes to the recorder; a multi-turn rollout's length metrics
+  count the model's tokens (producers/model_tokens.py).
 - `_post_advantage_hook`: the producer's own advantages (Atropos) replace axolotl's; the rewards are recorded.
 - `_get_per_token_logps_and_entropies`, `compute_loss`: each row at its own sampling temperature, fp32 models
   without axolotl's bf16 autocast (scoring.py); what differs between the supported axolotl releases goes through
   `compat.host` (how many values this hook returns).
 - evaluation (`eval_strategy`) stays TRL's, its generation served by `producers/evaluation.py` on the run's server
-  with the current step's weights (the session brings them there first);
-- `log`: the sync figures beside axolotl's; `train`: a run stopped by its server or a sync saves what it trained
-  (checkpoints.py), a run that ends closes its producer and weight sync.
+  with the current step's weights; `log`: the sync figures beside axolotl's; `train`: a run stopped by its server,
+  a sync or its rollout_func saves what it trained (checkpoints.py); a run that ends closes what it opened.
 """
 
 from __future__ import annotations
@@ -37,7 +36,8 @@ from grpo_plugin.compat.trl_client import without_trl_server_client
 from grpo_plugin.config.lookups import current_settings
 from grpo_plugin.config.schema import GRPOSettings
 from grpo_plugin.probe import SyncVerificationError
-from grpo_plugin.producers import build
+from grpo_plugin.producers import build, model_tokens
+from grpo_plugin.producers.agent_output import RolloutFuncError
 from grpo_plugin.producers.evaluation import EvalGeneration
 from grpo_plugin.producers.local import generation_kwargs, sampling_kwargs
 from grpo_plugin.producers.prefetch import PrefetchingProducer
@@ -57,8 +57,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
     def __init__(self, *args, grpo_settings: GRPOSettings | None = None, **kwargs):
         self.grpo = grpo_settings or current_settings()
         training_args = kwargs["args"]
-        # one server, or several behind one client (server/group.py: rollouts split, every push to all)
-        client = connect(server_urls(training_args, self.grpo), timeout=self.grpo.request_timeout)
+        client = connect(server_urls(training_args, self.grpo), timeout=self.grpo.request_timeout)  # 1+ servers
         self.recorder = StepRecorder()
         self.sync = SyncSession(self.grpo, client, world_size=training_args.world_size,
                                 overlapped=bool(training_args.async_prefetch) or self.grpo.atropos is not None,
@@ -74,11 +73,11 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
                             num_processes=self.accelerator.num_processes,
                             is_main=self.accelerator.is_main_process, add_callback=self.add_callback)
         self.sync.attach(model, ranks_for(self.accelerator), tok)
-        # evaluation (eval_strategy) stays TRL's; its generation goes through the plugin's server and session
-        self.vllm_generation = EvalGeneration(
+        self.vllm_generation = EvalGeneration(  # TRL's evaluation generates through the plugin's server, session
             client=client, gate=self.sync.gate, guard=self.sync.guard, step=lambda: self.state.global_step,
             bring_current=lambda: self.sync.bring_current(self.state.global_step),
             sampling=lambda: sampling_kwargs(self, generation_kwargs(self.args)), lag_timeout=build.LAG_WAIT_S)
+        self.grpo_generation = self.vllm_generation.rollout_handle()  # trl.rollout_func's (docs/agents.md)
         self._patched_sync_weights = True  # axolotl would rebind its sync_weights to its own (no-client) sync
         self.scoring = RowScoring(model.unwrap())
         self.add_callback(StepMetricsCallback(
@@ -119,6 +118,9 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self.recorder.took(record_of(rollout), self.sync.synced_version)  # taken for training now (main thread)
         with self.scoring.rows_of(rollout):
             scored = super()._compute_deferred_scores(rollout)
+        if "tool_mask" in scored:  # a multi-turn rollout: lengths and token count over the model's tokens (TRL's)
+            model_tokens.recount(self._metrics["train"], self.state, scored, self.accelerator.gather,
+                                 [self.eos_token_id, self.pad_token_id])
         del scored[ROLLOUT_KEY]  # read by _post_advantage_hook; no micro-batch carries it
         return scored
 
@@ -145,9 +147,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
 
     def _logps_at(self, temperature, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
                   **kwargs) -> tuple:
-        """(logps, entropies, aux_loss) with the logits divided by `temperature` (None: the trainer's own), as TRL
-        divides them by `self.temperature`. fp32 models go through TRL's implementation, without axolotl's bf16
-        autocast (scoring.py); others through axolotl's."""
+        """(logps, entropies, aux_loss), logits divided by `temperature` (None: the trainer's own) as TRL does; fp32
+        models through TRL's implementation, without axolotl's bf16 autocast (scoring.py), others axolotl's."""
         default = self.temperature
         self.temperature = default if temperature is None else temperature
         try:
@@ -176,20 +177,19 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         super().log(logs, *args, **kwargs)
 
     def train(self, *args, **kwargs):
-        """A run stopped by its server, a sync (a push that does not verify, a server error) or its run-api (no
-        Atropos batch within wait_timeout) saves what it trained first; the error keeps its type and gains a note
-        saying where and how to resume. A run that ends closes its producer and weight sync."""
+        """A run stopped by its server, a sync, its run-api or its rollout_func saves what it trained first; the
+        error keeps its type and gains a note saying how to resume. A run that ends closes what it opened."""
         try:
             output = super().train(*args, **kwargs)
-        except (ServerUnrecoverable, ServerError, SyncError, SyncVerificationError, AtroposTimeout) as exc:
+        except (ServerUnrecoverable, ServerError, SyncError, SyncVerificationError, AtroposTimeout,
+                RolloutFuncError) as exc:
             exc.add_note(save_after_failure(self))
             raise
         self.close()
         return output
 
     def close(self) -> None:
-        """The run is over (its end, or the interpreter's exit): no rollout starts, the producer stops, then the
-        weight sync ends."""
+        """The run is over (its end, or exit): no rollout starts, the producer stops, then the weight sync."""
         if self.sync.closed:
             return
         self.sync.stop_generation()  # a prefetched rollout waiting for a version that will not come gives up

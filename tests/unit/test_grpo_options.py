@@ -102,7 +102,7 @@ def test_the_docs_table_names_exactly_these_options_with_their_status_and_eviden
 # an "on" value for every key REFUSED_WHEN_SET refuses
 ON = {
     "vllm_server_timeout": 30, "vllm_guided_decoding_regex": r"\d+", "vllm_enable_sleep_mode": True,
-    "chat_template_kwargs": {"enable_thinking": False}, "rollout_func": "my.rollout", "vllm_sync_interval": 2,
+    "chat_template_kwargs": {"enable_thinking": False}, "vllm_sync_interval": 2,
     "streaming_partial_batch": True, "streaming_min_groups": 2, "reroll_start_fraction": 0.5, "reroll_max_groups": 2,
     "entropy_coef": 0.01, "use_adaptive_entropy": True, "entropy_coef_min": 0.0, "entropy_coef_max": 1.0,
     "entropy_coef_delta": 0.005, "entropy_target": 0.2, "vllm_importance_sampling_clip_min": 0.5,

@@ -28,6 +28,7 @@ def check_cross_keys(data: dict) -> None:
     if config_value(grpo, "atropos") is not None:
         _check_atropos(data, config_value(grpo, "atropos"))
     _check_sharded(data)
+    _check_plugins(data)
     trl = data.get("trl") or {}
     if isinstance(trl, dict):
         if trl.get("use_vllm") is False:
@@ -115,6 +116,17 @@ def atropos_batch_size(data) -> int:
     return int(micro or 1) * int(accumulation or 1)
 
 
+def _check_plugins(data: dict) -> None:
+    """Plugins whose trainer or data producer would replace the grpo_plugin's."""
+    nemo = [p for p in data.get("plugins") or [] if str(p).startswith("axolotl.integrations.nemo_gym")]
+    if nemo:
+        raise ValueError(
+            f"plugins: {nemo[0]} with grpo_plugin.GRPOPlugin: NeMo Gym's plugin sets its own rollout function and "
+            "data producer, which would replace the grpo_plugin's (its weight sync, verification and server "
+            "recovery). Use one of the two. To train a NeMo Gym agent with the grpo_plugin, call its agents from a "
+            "trl.rollout_func that generates through the server's OpenAI routes (docs/agents.md).")
+
+
 def _check_atropos(data: dict, atropos) -> None:
     """What an Atropos-fed run cannot have, each with the reason and the way out (one message for all)."""
     from urllib.parse import urlparse
@@ -125,6 +137,10 @@ def _check_atropos(data: dict, atropos) -> None:
     if list(funcs) not in ([], [ENV_SCORE_REWARD]):
         problems.append(f"`trl.reward_funcs: {list(funcs)}`: with grpo.atropos the environments score the rollouts. "
                         "Remove trl.reward_funcs (score in the environment instead).")
+    if config_value(trl, "rollout_func"):
+        problems.append(f"`trl.rollout_func: {config_value(trl, 'rollout_func')}` with grpo.atropos: the rollouts "
+                        "come from the Atropos environments, so it would never be called. Remove one of the two "
+                        "(a multi-turn agent is either an Atropos environment or a rollout_func).")
     datasets = data.get("datasets") or []
     paths = [config_value(d, "path") for d in datasets]
     if any(p != ATROPOS_DATASET_MARKER for p in paths):

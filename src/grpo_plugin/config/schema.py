@@ -191,6 +191,10 @@ class GRPOSettings(BaseModel):
     adapter_name: str = Field(
         default="grpo-policy", min_length=1, description="Name the trained LoRA adapter has on the server."
     )
+    rollout_timeout: float = Field(
+        default=1800.0, gt=0, description="trl.rollout_func: seconds one call (a batch's rollouts, every turn) may "
+        "take before the run stops with an error naming it."
+    )
     metrics: bool = Field(
         default=True, description="Write grpo_metrics.jsonl, grpo_summary.json and grpo_curves.png."
     )

@@ -2,8 +2,10 @@
 
 - `grpo.atropos` set: `AtroposProducer` (pre-scored groups from the run-api; its fetcher already runs in the
   background, `grpo.atropos.prefetch`);
-- otherwise `LocalRolloutProducer` (generation on the vLLM server), wrapped in `PrefetchingProducer` with
-  `trl.async_prefetch` (axolotl's background producer).
+- `trl.rollout_func` set: `AgentRolloutProducer` (the user's function makes each rollout, multi-turn agents
+  included, generating on the vLLM server through the plugin's handle or its OpenAI routes);
+- otherwise `LocalRolloutProducer` (generation on the vLLM server);
+either wrapped in `PrefetchingProducer` with `trl.async_prefetch` (axolotl's background producer).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 
 from axolotl.core.trainers.grpo.async_trainer import ProducerConfig
 
+from grpo_plugin.producers.agent import AgentRolloutProducer
 from grpo_plugin.producers.atropos import AtroposProducer
 from grpo_plugin.producers.local import LocalRolloutProducer
 from grpo_plugin.producers.prefetch import PrefetchingProducer
@@ -30,7 +33,12 @@ def build_producer(args, train_dataset, settings, spec: GenerationSpec, *, host)
     )
     if settings.atropos is not None:
         return AtroposProducer(config, settings=settings.atropos, args=args, spec=spec)
-    producer = LocalRolloutProducer(
+    rollout_func = getattr(host, "rollout_func", None)  # trl.rollout_func, as axolotl handed it to TRL
+    local, extra = LocalRolloutProducer, {}
+    if rollout_func is not None:
+        local, extra = AgentRolloutProducer, dict(rollout_func=rollout_func, rollout_timeout=settings.rollout_timeout,
+                                                  vocab_size=spec.vocab_size)
+    producer = local(
         config=config,
         prompt_dataset=train_dataset,
         num_generations=spec.num_generations,
@@ -42,6 +50,7 @@ def build_producer(args, train_dataset, settings, spec: GenerationSpec, *, host)
         spec=spec,
         max_policy_lag=settings.policy_lag_bound,
         lag_timeout=LAG_WAIT_S,
+        **extra,
     )
     producer.set_trainer(host)
     if args.async_prefetch:

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
+from grpo_plugin.producers.agent import AgentGeneration
+
 
 class EvalGeneration:
     """Stands in for TRL's `VLLMGeneration` during evaluation (its two methods TRL's trainer calls)."""
@@ -60,3 +62,9 @@ class EvalGeneration:
         flat = [c for group in groups for c in group]
         return ([list(p) for p in prompts], [c.token_ids for c in flat],
                 [[[lp] for lp in c.logprobs] for c in flat], [[[t] for t in c.token_ids] for c in flat])
+
+    def rollout_handle(self):
+        """`trainer.grpo_generation` where TRL itself calls a rollout_func (evaluation): each generate() leases the
+        current step's weights (training rollouts get a handle pinned to their own lease: producers/agent.py)."""
+        return AgentGeneration(self.client, self.sampling(), gate=self.gate, min_version=self.step,
+                               timeout=self.lag_timeout)

@@ -56,6 +56,7 @@ class Rollout:
     origin: onpolicy.Origin | None = None  # Atropos: which env, group and policy version each real row comes from
     onpolicy: list[onpolicy.EnvCheck] = field(default_factory=list)  # what scoring found (atropos/onpolicy.py)
     by_env: dict[str, dict] | None = None  # Atropos, once scored: each environment's rows and mean reward
+    agent: dict | None = None  # a rollout_func's rollout: turns, model / environment tokens (producers/agent.py)
 
     def step_fields(self) -> dict:
         """What this rollout adds to its step's metrics record (grpo_metrics.jsonl)."""
@@ -70,6 +71,8 @@ class Rollout:
             out.update(onpolicy.step_fields(self.onpolicy))
         if self.by_env is not None:
             out["atropos_envs"] = self.by_env
+        if self.agent is not None:
+            out.update(self.agent)
         return out
 
     def scored_rewards(self, data: dict, rewards: torch.Tensor) -> torch.Tensor:

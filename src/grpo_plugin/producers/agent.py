@@ -1,0 +1,217 @@
+"""Rollouts written by user code: TRL's `rollout_func` (axolotl's `trl.rollout_func: module.function`), multi-turn
+agents included, trained with the plugin's weight sync.
+
+The producer calls `rollout_func(prompts, trainer)` as TRL does: `prompts` is this process's slice of the batch, one
+entry per completion to make (each prompt `num_generations` times in a row), `trainer` the trainer. The call runs
+inside one lease on the policy gate (sync/gate.py): every generation it makes samples with one pinned weight
+version, so the version of every model-written token is known (the rollout's `policy_version`: policy lag and the
+importance-sampling correction hold for every turn), and no push lands in the middle of a rollout.
+
+The function generates through `trainer.grpo_generation` (`AgentGeneration`): token ids in, `Completion`s (token ids,
+the server's sampling logprobs, finish reason) out, with the pinned weights (in lora_sync, the adapter version; the
+run's sampling settings unless a call overrides them), or through the server's OpenAI routes
+(`grpo_generation.base_url`, naming `grpo_generation.model`), as NeMo Gym's agents do. Its output is checked
+(agent_output.py) and becomes the rollout axolotl scores: `env_mask` becomes axolotl's `tool_mask` (environment
+tokens get no gradient, count in no normalisation, no length metric, no importance ratio, yet every later token
+still attends to them), extra fields go to the reward functions with their row.
+
+Faults: a function that raises, or returns what cannot be trained, stops the run with a `RolloutFuncError` naming
+the row, the field and the function (the trainer saves what it trained first); one that does not return within
+`grpo.rollout_timeout` seconds too. A server lost during the call (its own calls fail, or the function fails and the
+server no longer answers) is recovered like a single-turn rollout, and the call is made again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+from axolotl.core.trainers.grpo.async_trainer import RolloutDataset
+from trl.trainer.utils import pad
+
+from grpo_plugin.producers.agent_output import RolloutFuncError, check_output, model_turns, unknown_model_tokens
+from grpo_plugin.producers.completion_tensors import rollout_tensors
+from grpo_plugin.producers.local import ITEMS_LOCAL, LocalRolloutProducer, sum_items_over_ranks
+from grpo_plugin.producers.rollout import ROLLOUT_KEY, Rollout
+from grpo_plugin.server.client import ServerError, ServerLost
+from grpo_plugin.server.group import replicas_of
+
+
+class AgentGeneration:
+    """What a rollout_func generates with (`trainer.grpo_generation`). Within a training rollout every call samples
+    with the version the rollout is pinned to; otherwise (evaluation) each call leases the current one."""
+
+    def __init__(self, client, sampling: dict, *, gate=None, lease=None, min_version=None, timeout=None):
+        self._client, self._sampling = client, sampling
+        self._gate, self._lease, self._min_version, self._timeout = gate, lease, min_version, timeout
+        self.generated: list[tuple[int, ...]] = []  # every completion returned, for the origin count
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    @property
+    def model(self) -> str:
+        """The model name that samples the weights being trained (the adapter version in lora_sync): name it in
+        OpenAI-route requests."""
+        return self._lease.model if self._lease is not None else self._gate.model
+
+    @property
+    def version(self) -> int | None:
+        return self._lease.version if self._lease is not None else self._gate.version
+
+    @property
+    def base_url(self) -> str:
+        """The (first) server's URL, for OpenAI-compatible clients: `{base_url}/v1/completions`."""
+        return replicas_of(self._client)[0].base_url
+
+    def generate(self, prompt_ids: list[list[int]], n: int = 1, **sampling) -> list[list]:
+        """`n` completions per token-id prompt (`server.client.Completion`: `token_ids`, `logprobs`,
+        `finish_reason`), sampled with the run's settings (`max_tokens`, `temperature`, `top_p`, ... override them
+        for this call)."""
+        if not prompt_ids or not all(isinstance(p, (list, tuple)) and p for p in prompt_ids):
+            raise ValueError("grpo_generation.generate: give a list of non-empty token-id lists")
+        settings = {**self._sampling, **sampling}
+        if self._lease is not None:
+            groups = self._client.generate([list(p) for p in prompt_ids], model=self._lease.model, n=n, **settings)
+        else:
+            with self._gate.lease(self._min_version() if self._min_version else None, self._timeout) as lease:
+                groups = self._client.generate([list(p) for p in prompt_ids], model=lease.model, n=n, **settings)
+        with self._lock:
+            self.calls += 1
+            self.generated.extend(tuple(c.token_ids) for g in groups for c in g)
+        return groups
+
+
+class TrainerView:
+    """The trainer as a rollout_func sees it: every attribute the trainer's, `grpo_generation` this rollout's."""
+
+    def __init__(self, trainer, generation: AgentGeneration):
+        object.__setattr__(self, "_trainer", trainer)
+        object.__setattr__(self, "grpo_generation", generation)
+
+    def __getattr__(self, name):
+        return getattr(self._trainer, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._trainer, name, value)
+
+
+def call_with_timeout(func, args: tuple, timeout: float | None, name: str):
+    """`func(*args)` in a thread of its own, waited for at most `timeout` seconds (a hung call is left behind, as
+    a daemon: the run stops with a RolloutFuncError)."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = func(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=target, name="grpo-rollout-func", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise RolloutFuncError(f"trl.rollout_func {name} did not return within grpo.rollout_timeout={timeout:g} s "
+                               f"({len(args[0])} prompt rows): raise grpo.rollout_timeout if its rollouts take longer")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class AgentRolloutProducer(LocalRolloutProducer):
+    """The local producer's prompts and rollout record; the rollout itself made by `rollout_func`."""
+
+    def __init__(self, *args, rollout_func, rollout_timeout: float | None, vocab_size: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rollout_func, self.rollout_timeout, self.vocab_size = rollout_func, rollout_timeout, vocab_size
+        self.name = f"{getattr(rollout_func, '__module__', '?')}.{getattr(rollout_func, '__qualname__', '?')}"
+
+    def _call(self, prompts: list, generation: AgentGeneration):
+        spec = self.spec
+        view = TrainerView(self._trainer, generation)  # set_trainer (axolotl's prompt sampler reads it too)
+        try:
+            return call_with_timeout(self.rollout_func, (prompts, view), self.rollout_timeout, self.name)
+        except RolloutFuncError:
+            raise
+        except Exception as exc:
+            if isinstance(exc, ServerError) or isinstance(exc.__cause__ or exc.__context__, ServerError):
+                raise  # the guard decides whether the server is lost
+            if not spec.client.healthy():  # its own requests (OpenAI routes) failed with the server
+                raise ServerLost(f"the vLLM server stopped answering during trl.rollout_func {self.name}: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+            raise RolloutFuncError(f"trl.rollout_func {self.name} raised {type(exc).__name__}: {exc} (rollout of "
+                                   f"{len(prompts)} prompt rows)") from exc
+
+    def produce(self, model, global_step, *, skip_policy_logps=False, processing_class=None,
+                accelerator=None, args=None, _rank0_only=False, **kwargs):
+        spec = self.spec
+        inputs = self._next_inputs()
+        prompts = [x["prompt"] for x in inputs]
+        t0 = time.perf_counter()
+        min_version = global_step - self.max_policy_lag
+
+        def rollout():
+            with spec.gate.lease(min_version, timeout=self.lag_timeout) as lease:
+                generation = AgentGeneration(spec.client, spec.sampling, lease=lease)
+                return lease.version, self._call(list(prompts), generation), generation
+
+        version, out, generation = spec.guard.run("rollout", rollout)
+        rollout_ms = (time.perf_counter() - t0) * 1e3
+        try:
+            rows = check_output(out, prompts, spec.num_generations, self.vocab_size)
+        except RolloutFuncError as exc:
+            raise RolloutFuncError(f"trl.rollout_func {self.name}: {exc}") from None
+        output = self._tensors(rows, inputs, prompts)
+        output[ROLLOUT_KEY] = Rollout(wait_ms=rollout_ms, generate_ms=rollout_ms, policy_version=version,
+                                      agent=agent_fields(rows, generation, spec.stop_token_ids))
+        if threading.current_thread() is threading.main_thread():
+            sum_items_over_ranks(output, spec.num_processes, spec.gather)
+        else:
+            output[ITEMS_LOCAL] = True
+        return RolloutDataset(output)
+
+    def _tensors(self, rows, inputs: list[dict], prompts: list) -> dict:
+        spec = self.spec
+        tensors = rollout_tensors(rows.prompt_ids, rows.completion_ids, rows.logprobs, pad_token_id=spec.pad_token_id,
+                                  stop_token_ids=list(spec.stop_token_ids), mask_truncated=spec.mask_truncated,
+                                  device=spec.device)
+        model_masks = [rows.model_mask(i) or [0] for i in range(len(rows.completion_ids))]
+        tool_mask = pad([torch.tensor(m, dtype=torch.long, device=spec.device) for m in model_masks],
+                        padding_value=1, padding_side="right")
+        tensors["tool_mask"] = tool_mask
+        trained = tensors["completion_mask"] * tool_mask  # what the loss sees: model tokens of kept completions
+        for i, inp in enumerate(inputs):  # extra fields go to the reward functions with their row
+            for key, values in rows.extra.items():
+                inp[key] = values[i]
+        texts = spec.tokenizer.batch_decode(rows.completion_ids, skip_special_tokens=True)
+        conversational = isinstance(prompts[0], list)
+        completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+        return {
+            **tensors,
+            "num_items_in_batch": trained.sum(),
+            "advantages": torch.zeros(len(rows.completion_ids), device=spec.device),
+            "_pending_policy_logps": True,
+            "_deferred_inputs": inputs,
+            "_deferred_prompts": prompts,
+            "_deferred_completions": completions,
+            "_deferred_completion_ids_list": rows.completion_ids,
+            "_rank0_only": False,
+        }
+
+
+def agent_fields(rows, generation: AgentGeneration, stop_token_ids) -> dict:
+    """The step's agent metrics: model turns per rollout, model vs environment tokens, completions cut at the
+    length limit, model tokens the plugin's handle did not generate (no recorded version), handle calls."""
+    n = len(rows.completion_ids)
+    masks = [rows.model_mask(i) for i in range(n)]
+    model_tokens = sum(sum(m) for m in masks)
+    total = sum(len(c) for c in rows.completion_ids)
+    stops = set(stop_token_ids)
+    return {
+        "agent_turns_mean": round(sum(model_turns(m) for m in masks) / max(n, 1), 4),
+        "agent_model_tokens": model_tokens,
+        "agent_env_tokens": total - model_tokens,
+        "agent_truncated": sum(1 for c in rows.completion_ids if not c or c[-1] not in stops),
+        "agent_unknown_origin_tokens": unknown_model_tokens(rows, generation.generated),
+        "agent_generate_calls": generation.calls,
+    }

@@ -1,0 +1,99 @@
+"""Multi-turn agents through `axolotl train`: `trl.rollout_func` (configs/agents/quickstart_rollout_func.yaml, the
+two-turn agent of rewards/toy_agent.py: the model answers, the environment replies, the model answers again), on
+the session servers, unmanaged (tests/conftest.py).
+
+- lora_sync, generating through the plugin's handle (`trainer.grpo_generation`): every turn sampled by the pinned
+  adapter version, so no model token is of unknown origin;
+- restart (full weights, reloaded in place), generating through the server's OpenAI completions route as NeMo Gym's
+  agents do: every model token counted as of unknown origin (not generated through the handle), the reward rising
+  all the same: the route samples the weights being trained.
+
+In both: every push verified, the reward rising, the environment's tokens in no loss (axolotl's `tool_mask`) and in
+no token count, two model turns per rollout. ipc runs the same producer (it leases the policy gate as every mode
+does); its run needs a managed server of its own: `GRPO_AGENT_IPC=1` adds it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rewards.toy_agent import ENV_REPLY
+from tests.e2e.test_axolotl_train import quickstart, train
+
+pytestmark = pytest.mark.e2e
+STEPS = 16  # the tiny task's reward takes off around steps 3-10
+CONFIG = "agents/quickstart_rollout_func.yaml"
+
+
+def _full_weights(path: Path, cfg: dict) -> None:
+    """The config without its LoRA adapter: full fine-tuning (restart, ipc)."""
+    for key in ("adapter", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"):
+        cfg.pop(key)
+    path.write_text(yaml.safe_dump(cfg))
+
+
+def _check(cfg: dict, log: str, *, handle: bool) -> list[dict]:
+    out = Path(cfg["output_dir"])
+    recs = [json.loads(x) for x in (out / "grpo_metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == list(range(1, STEPS + 1))
+    assert all(r["sync_logprob_diff"] is not None and r["sync_logprob_diff"] <= 1e-4 for r in recs), recs
+    assert all(r["policy_lag"] == 0 for r in recs)  # every turn sampled by the weights the step trains
+    for r in recs:
+        assert r["agent_turns_mean"] == 2.0, r
+        assert r["agent_env_tokens"] == 32 * len(ENV_REPLY.encode()), r  # the byte tokenizer: a token per byte
+        assert r["agent_model_tokens"] > 0
+        assert r["agent_unknown_origin_tokens"] == (0 if handle else r["agent_model_tokens"]), r
+        assert r["agent_generate_calls"] == (2 if handle else 0), r
+    # TRL's token count and length metrics count the model's tokens only (tool_mask): the completion length
+    # logged is the model tokens' mean, not the whole completion's
+    lengths = [float(x) for x in re.findall(r"'completions/mean_length': '([^']+)'", log)]
+    assert len(lengths) == STEPS
+    for r, length in zip(recs, lengths):
+        assert abs(length - r["agent_model_tokens"] / 32) < 0.006, (length, r)  # the log rounds to 2 decimals
+    # the trainer scores each model token with the context the server sampled it in, the environment's reply
+    # included (it stays in the attention mask): at lag 0 in fp32 the two logprobs agree to numerics
+    gaps = [float(x) for x in re.findall(r"'sampling/sampling_logp_difference/mean': '([^']+)'", log)]
+    assert len(gaps) == STEPS and max(gaps) < 1e-4, gaps
+    s = json.loads((out / "grpo_summary.json").read_text())
+    assert s["all_syncs_verified"] is True, s
+    assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
+    assert s["agent"]["model_tokens"] == sum(r["agent_model_tokens"] for r in recs), s["agent"]
+    assert not re.search(r"Traceback", log), log[-3000:]
+    return recs
+
+
+def test_rollout_func_two_turns_through_the_handle_lora_sync(tmp_path, tiny_model_dir, tiny_data_file, cache_env,
+                                                           vllm_server):
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, CONFIG, server=vllm_server, max_steps=STEPS)
+    proc = train(path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+    _check(cfg, log, handle=True)
+
+
+def test_rollout_func_two_turns_through_the_openai_route_restart(tmp_path, tiny_model_dir, tiny_data_file,
+                                                                cache_env, full_weight_server):
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, CONFIG, server=full_weight_server,
+                           max_steps=STEPS, grpo={"sync": "restart"}, learning_rate=1e-4,
+                           trl={"rollout_func": "rewards.toy_agent.two_turns_openai"})
+    _full_weights(path, cfg)
+    proc = train(path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+    _check(cfg, log, handle=False)
+
+
+@pytest.mark.skipif(not os.environ.get("GRPO_AGENT_IPC"), reason="ipc's agent run: GRPO_AGENT_IPC=1 (its own server)")
+def test_rollout_func_two_turns_ipc(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, CONFIG, max_steps=STEPS, learning_rate=1e-4,
+                           grpo={"sync": "ipc"})
+    _full_weights(path, cfg)
+    proc = train(path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+    _check(cfg, log, handle=True)
