@@ -52,7 +52,8 @@ def test_masked_stretch_inside_the_completion_stays_untrained():
     g = group([[10, 11, 12, 13, 14]], [[-100, -100, 12, -100, 14]], [[1.0, 1.0, -0.1, 1.0, -0.3]])
     out = run([g])
     assert out.completion_ids.tolist() == [[12, 13, 14]]
-    assert out.completion_mask.tolist() == [[1, 0, 1]]
+    assert out.train_mask.tolist() == [[1, 0, 1]]  # trained: the model's tokens
+    assert out.completion_mask.tolist() == [[1, 1, 1]]  # attended to: the masked turn too, as the server did
     torch.testing.assert_close(out.sampling_logps, torch.tensor([[-0.1, 0.0, -0.3]]))
 
 
@@ -85,15 +86,16 @@ def reference(groups, pad, scale="group", default_t=1.0):
             adv = adv / ((s.std() if len(s) > 1 else torch.tensor(0.0)) + 1e-4)
         for tok, msk, lp, a in zip(g["tokens"], g["masks"], g["inference_logprobs"], adv.tolist()):
             first = next(i for i in range(1, len(tok)) if msk[i] != -100)
-            rows.append((tok[:first], tok[first:], [int(m != -100) for m in msk[first:]],
+            rows.append((tok[:first], tok[first:], [int(m != -100) for m in msk[first:]], [1] * (len(tok) - first),
                          [x if m != -100 else 0.0 for x, m in zip(lp[first:], msk[first:])], a))
     P = max(len(r[0]) for r in rows)
     C = max(len(r[1]) for r in rows)
     return (torch.tensor([[pad] * (P - len(r[0])) + r[0] for r in rows]),
             torch.tensor([r[1] + [pad] * (C - len(r[1])) for r in rows]),
             torch.tensor([r[2] + [0] * (C - len(r[2])) for r in rows]),
-            torch.tensor([r[3] + [0.0] * (C - len(r[3])) for r in rows]),
-            torch.tensor([r[4] for r in rows]))
+            torch.tensor([r[3] + [0] * (C - len(r[3])) for r in rows]),
+            torch.tensor([r[4] + [0.0] * (C - len(r[4])) for r in rows]),
+            torch.tensor([r[5] for r in rows]))
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -113,12 +115,13 @@ def test_random_batches_equal_a_per_sequence_reference(seed):
             lps.append([1.0 if x == -100 else -rnd.random() * 5 for x in m])
         groups.append(group(toks, msks, lps, [rnd.random() for _ in toks]))
     out = run(groups, pad_token_id=0)
-    p, c, cm, lp, adv = reference(groups, 0)
+    p, c, tm, cm, lp, adv = reference(groups, 0)
     assert out.rejections == []
     assert torch.equal(out.prompt_ids, p)
     assert torch.equal(out.prompt_mask, (torch.arange(p.shape[1]) >= (p == 0).sum(1, keepdim=True)).long())
     assert torch.equal(out.completion_ids, c)
     assert torch.equal(out.completion_mask, cm)
+    assert torch.equal(out.train_mask, tm)
     torch.testing.assert_close(out.sampling_logps, lp)
     torch.testing.assert_close(out.advantages, adv)
 

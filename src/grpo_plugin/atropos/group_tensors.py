@@ -7,9 +7,11 @@ masked positions), one `score`; optionally per-token `advantages`, per-sequence 
 (`set_advantage_to_zero`, `temperature`), `generation_params` / `group_overrides` (`temperature`).
 
 Mapping onto TRL's prompt/completion layout: the prompt is everything before the first trained position
-(at least one token: position 0 has no context and is never trained); the completion is the rest, and
-`completion_mask` is 1 exactly where `masks` is not -100 — masked stretches inside a completion (tool output,
-a user turn) stay untrained. The logprob of completion token j is scored from all tokens before it, which is
+(at least one token: position 0 has no context and is never trained); the completion is the rest.
+`train_mask` is 1 exactly where `masks` is not -100 — masked stretches inside a completion (tool output, a user
+turn) stay untrained (it becomes axolotl's `tool_mask`) — while `completion_mask` is 1 at every token of the
+sequence: the trainer attends to the masked stretches, as the server did when it sampled what follows them. The
+logprob of completion token j is scored from all tokens before it, which is
 the one-token shift of the labels view (`input_ids = tokens[:-1]`, `labels = masks[1:]`); `inference_logprobs`
 need no shift in this layout.
 
@@ -57,7 +59,8 @@ class TensorBatch:
     prompt_ids: torch.Tensor  # (S, P) left-padded
     prompt_mask: torch.Tensor  # (S, P)
     completion_ids: torch.Tensor  # (S, C) right-padded
-    completion_mask: torch.Tensor  # (S, C) 1 where trained
+    completion_mask: torch.Tensor  # (S, C) 1 at the sequence's tokens (attended to), 0 at padding
+    train_mask: torch.Tensor  # (S, C) 1 where trained (masks not -100): axolotl's tool_mask
     completion_lengths: torch.Tensor  # (S,) tokens after the prompt (trained or not)
     sampling_logps: torch.Tensor  # (S, C) inference logprobs, 0 where not trained
     advantages: torch.Tensor  # (S,) or (S, C)
@@ -245,6 +248,7 @@ def _layout(tok, msk, lps, adv, has_adv, offsets, lens, prompt_len, P, C, pad):
     prompt_mask = np.empty((S, P), np.int64)
     completion_ids = np.empty((S, C), np.int64)
     completion_mask = np.empty((S, C), np.int64)
+    train_mask = np.empty((S, C), np.int64)
     sampling = np.empty((S, C), np.float32)
     adv_tok = np.zeros((S, C) if has_adv else (0, 0), np.float32)
     for s in range(S):
@@ -261,19 +265,21 @@ def _layout(tok, msk, lps, adv, has_adv, offsets, lens, prompt_len, P, C, pad):
         for c in range(cl):
             k = base + c
             completion_ids[s, c] = tok[k]
+            completion_mask[s, c] = 1
             if msk[k] != -100:
-                completion_mask[s, c] = 1
+                train_mask[s, c] = 1
                 sampling[s, c] = lps[k]
                 if has_adv:
                     adv_tok[s, c] = adv[k]
             else:
-                completion_mask[s, c] = 0
+                train_mask[s, c] = 0
                 sampling[s, c] = 0.0
         for c in range(cl, C):
             completion_ids[s, c] = pad
             completion_mask[s, c] = 0
+            train_mask[s, c] = 0
             sampling[s, c] = 0.0
-    return prompt_ids, prompt_mask, completion_ids, completion_mask, sampling, adv_tok
+    return prompt_ids, prompt_mask, completion_ids, completion_mask, train_mask, sampling, adv_tok
 
 
 _CHECK_MESSAGES = (
@@ -385,7 +391,7 @@ def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int,
     # 5. prompt = tokens before the first trained position; completion = the rest (one compiled pass)
     prompt_len = first_trained
     comp_len = lengths - prompt_len
-    prompt_ids, prompt_mask, completion_ids, completion_mask, sampling, adv_tok = _layout(
+    prompt_ids, prompt_mask, completion_ids, completion_mask, train_mask, sampling, adv_tok = _layout(
         tok, msk, lps, adv_arr, has_adv, offsets, lengths, prompt_len, int(prompt_len.max()), int(comp_len.max()),
         int(pad_token_id))
 
@@ -404,6 +410,7 @@ def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int,
     return TensorBatch(
         prompt_ids=torch.from_numpy(prompt_ids), prompt_mask=torch.from_numpy(prompt_mask),
         completion_ids=torch.from_numpy(completion_ids), completion_mask=torch.from_numpy(completion_mask),
+        train_mask=torch.from_numpy(train_mask),
         completion_lengths=torch.from_numpy(comp_len), sampling_logps=torch.from_numpy(sampling),
         advantages=advantages, temperatures=torch.from_numpy(temps_a), scores=scores,
         group_index=torch.from_numpy(seq_group), num_groups=len(good_groups), rejections=rejections,
@@ -421,8 +428,9 @@ def _empty(rejections: list[Rejection]) -> TensorBatch:
     rejections.sort(key=lambda r: r.group)
     long2, long1 = torch.zeros(0, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
     return TensorBatch(prompt_ids=long2, prompt_mask=long2, completion_ids=long2, completion_mask=long2,
-                       completion_lengths=long1, sampling_logps=torch.zeros(0, 0), advantages=torch.zeros(0),
-                       temperatures=torch.zeros(0, dtype=torch.float64), scores=torch.zeros(0), group_index=long1,
+                       train_mask=long2, completion_lengths=long1, sampling_logps=torch.zeros(0, 0),
+                       advantages=torch.zeros(0), temperatures=torch.zeros(0, dtype=torch.float64),
+                       scores=torch.zeros(0), group_index=long1,
                        num_groups=0, rejections=rejections)
 
 

@@ -84,8 +84,10 @@ def apply(origin: Origin, data: dict, advantages: torch.Tensor, real_rows: int) 
     if data.get("old_per_token_logps") is None or data.get("sampling_per_token_logps") is None:
         return []
     n = real_rows
-    gaps = row_gaps(data["old_per_token_logps"][:n], data["sampling_per_token_logps"][:n],
-                    data["completion_mask"][:n])
+    mask = data["completion_mask"][:n]
+    if data.get("tool_mask") is not None:  # the trained tokens only (masked turns were not sampled)
+        mask = mask * data["tool_mask"][:n]
+    gaps = row_gaps(data["old_per_token_logps"][:n], data["sampling_per_token_logps"][:n], mask)
     found = check(origin, gaps)
     for c in found:
         name = "env" if c.env_id is None else f"env_id {c.env_id}"

@@ -270,7 +270,8 @@ class AtroposProducer(BaseDataProducer):
         idx = torch.arange(B) % S
         real = torch.arange(B) < S
         device = self.spec.device
-        cmask = t.completion_mask[idx] * real.unsqueeze(1).long()
+        cmask = t.completion_mask[idx] * real.unsqueeze(1).long()  # attended to (a masked turn too)
+        trained = t.train_mask[idx] * cmask  # what the loss sees (axolotl's tool_mask)
         adv = t.advantages[idx] * (real.view(-1, *([1] * (t.advantages.dim() - 1)))).float()
         scores = [float(x) for x in t.scores.tolist()] + [None] * (B - S)
         prompts = [item.prompts[i] for i in idx.tolist()]
@@ -280,10 +281,11 @@ class AtroposProducer(BaseDataProducer):
             "prompt_mask": t.prompt_mask[idx].to(device),
             "completion_ids": t.completion_ids[idx].to(device),
             "completion_mask": cmask.to(device),
+            "tool_mask": t.train_mask[idx].to(device),
             "sampling_per_token_logps": t.sampling_logps[idx].to(device),
             "advantages": torch.zeros(B, device=device),  # axolotl's, from env_score; replaced by ours (Rollout)
             TEMPERATURES: t.temperatures[idx].to(device),
-            "num_items_in_batch": cmask.sum().to(device),
+            "num_items_in_batch": trained.sum().to(device),
             # deferred scoring: axolotl computes policy logprobs, the IS ratio and the reward metrics
             "_pending_policy_logps": True,
             "_deferred_inputs": [{"prompt": p, "atropos_score": s} for p, s in zip(prompts, scores)],
