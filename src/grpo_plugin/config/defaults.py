@@ -13,7 +13,7 @@ from grpo_plugin.runtime import SERVER_HOST, SERVER_PORT, world_size
 LOG = logging.getLogger("grpo_plugin")
 
 TRAINER_CLS = "grpo_plugin.trainer.GRPOPluginTrainer"
-SERVE_MODULE = "grpo_plugin.serve"
+SERVE_MODULE = "grpo_plugin.vllm_serve"
 
 
 def fill_defaults(cfg) -> None:

@@ -1,7 +1,7 @@
 """Worker extension loaded into every vLLM worker (`--worker-extension-cls`), called through vLLM's dev-mode
 `/collective_rpc`. Keep imports light: this module is imported inside vLLM's worker processes.
 
-`grpo_ipc_manifest()` — `ipc`: where this worker's shared weights are (ipc/vllm_plugin.py exported them).
+`grpo_ipc_manifest()` — `ipc`: where this worker's shared weights are (in_vllm/ipc_export.py exported them).
 
 `grpo_reload_weights(weights_path)` — the `restart` mode's in-place reload:
 1. vLLM's own `reload_weights` (layer-wise reload: every layer whose weights are in the checkpoint is
@@ -24,12 +24,12 @@ class GRPOWorkerExtension:
     def grpo_ipc_manifest(self) -> dict:
         """`grpo.sync: ipc`: the manifest of the shared weight file this worker computes with (the trainer maps
         it), or {"error": ...} when the server was not started for ipc."""
-        from grpo_plugin.ipc import vllm_plugin  # here: in vLLM's workers, for ipc only
+        from grpo_plugin.in_vllm import ipc_export  # here: in vLLM's workers, for ipc only
 
-        if vllm_plugin.EXPORTED is None:
+        if ipc_export.EXPORTED is None:
             return {"error": "this vLLM server does not share its weights: it was not started for grpo.sync: "
-                             f"ipc ({vllm_plugin.ENV} unset, or the grpo_plugin_ipc vLLM plugin not loaded)"}
-        return vllm_plugin.EXPORTED  # its `pid` is this worker's: export() ran here
+                             f"ipc ({ipc_export.ENV} unset, or the grpo_plugin_ipc vLLM plugin not loaded)"}
+        return ipc_export.EXPORTED  # its `pid` is this worker's: export() ran here
 
     def grpo_reload_weights(self, weights_path: str | None = None) -> dict:
         """`weights_path` None: the checkpoint this server was started on (a quantized run puts the original base

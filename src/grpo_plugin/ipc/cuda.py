@@ -16,7 +16,7 @@ the same machine, but is still not allowed to name arbitrary callables).
 
 Run on a GPU (an H200) with a torch-only server process: `tests/gpu/test_cuda_ipc.py` and
 `python -m grpo_plugin.bench ipc --cuda --json` (docs/benchmarks.md, ipc on CUDA). NOT run on a GPU: the export
-from inside vLLM's worker (ipc/vllm_plugin.py) and vLLM computing with the shared weights — no vLLM on that machine.
+from inside vLLM's worker (in_vllm/ipc_export.py) and vLLM computing with the shared weights — no vLLM on that machine.
 """
 
 from __future__ import annotations

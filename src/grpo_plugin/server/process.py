@@ -28,6 +28,9 @@ from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.tether import tethered
 from grpo_plugin.serverconfig import (
     FORK_ENGINE_ENV,
+    IPC_ENTRY_POINT,
+    IPC_EXPORT_ENV,
+    IPC_SHARE_ENV,
     ROUTES_MIDDLEWARE,
     WORKER_EXTENSION,
     cuda_available,
@@ -69,7 +72,7 @@ class ServerSpec:
     worker_extension_cls: str | None = WORKER_EXTENSION
     middleware: str | None = ROUTES_MIDDLEWARE
     # grpo.sync: ipc — the server's weights live in a shared file in a private dir under `ipc_root`
-    # (default /dev/shm), computed with the plain-weight GEMM `ipc_gemm` (ipc/vllm_plugin.py)
+    # (default /dev/shm), computed with the plain-weight GEMM `ipc_gemm` (in_vllm/ipc_export.py)
     ipc: bool = False
     ipc_root: str | None = None
     ipc_gemm: str = "onednn"
@@ -138,19 +141,19 @@ class ServerSpec:
         exported there instead of exporting its own (several servers, one copy: ipc/shm.py `adopt`)."""
         env = dict(os.environ if base is None else base)
         if ipc_export is not None:
-            from grpo_plugin.ipc import gemm, vllm_plugin  # here: they import torch (~1.3 s), ipc runs only
+            from grpo_plugin.ipc import gemm  # here: it imports torch (~1.3 s), ipc runs only
 
-            env[vllm_plugin.ENV] = str(ipc_export)
+            env[IPC_EXPORT_ENV] = str(ipc_export)
             if ipc_share:
-                env[vllm_plugin.SHARE_ENV] = "1"
+                env[IPC_SHARE_ENV] = "1"
             else:
-                env.pop(vllm_plugin.SHARE_ENV, None)
+                env.pop(IPC_SHARE_ENV, None)
             env[gemm.ENV] = self.ipc_gemm
             # vLLM's compile cache key does not see the patched GEMM: never reuse a stock server's graphs
             env["VLLM_DISABLE_COMPILE_CACHE"] = "1"
             plugins = env.get("VLLM_PLUGINS")
-            if plugins is not None and vllm_plugin.ENTRY_POINT not in plugins.split(","):
-                env["VLLM_PLUGINS"] = ",".join(p for p in (plugins, vllm_plugin.ENTRY_POINT) if p)
+            if plugins is not None and IPC_ENTRY_POINT not in plugins.split(","):
+                env["VLLM_PLUGINS"] = ",".join(p for p in (plugins, IPC_ENTRY_POINT) if p)
         if self.visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible_devices
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # /v1/load_lora_adapter

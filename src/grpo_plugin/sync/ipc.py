@@ -1,6 +1,6 @@
 """`grpo.sync: ipc` — the trainer and the vLLM server share ONE copy of the weights; the optimizer step is the sync.
 
-The server (started for ipc: ipc/vllm_plugin.py) shares every weight it computes with — on vLLM-CPU through one
+The server (started for ipc: in_vllm/ipc_export.py) shares every weight it computes with — on vLLM-CPU through one
 shared-memory file, on CUDA through CUDA IPC handles (ipc/transport.py picks by the server's manifest). `prepare`
 attaches those tensors in the trainer and makes every parameter of the trainer's model a view of them
 (ipc/layout.py: fused q/k/v and gate/up row slices, padded vocabulary, tied embeddings; anything unmapped is an

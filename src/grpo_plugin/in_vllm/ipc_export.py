@@ -23,10 +23,9 @@ from pathlib import Path
 
 # vLLM loads this module in every one of its processes, ipc or not: anything beyond the environment check is imported
 # only when GRPO_IPC_EXPORT asks for it (and the CUDA side only on CUDA).
+from grpo_plugin.serverconfig import IPC_EXPORT_ENV as ENV
+from grpo_plugin.serverconfig import IPC_SHARE_ENV as SHARE_ENV
 
-ENV = "GRPO_IPC_EXPORT"
-SHARE_ENV = "GRPO_IPC_SHARE"
-ENTRY_POINT = "grpo_plugin_ipc"  # its name in pyproject.toml (for VLLM_PLUGINS allow-lists)
 EXPORTED: dict | None = None  # this worker's manifest, once exported
 
 
