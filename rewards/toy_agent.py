@@ -25,12 +25,14 @@ def _prompt_ids(tokenizer, prompts: list) -> list[list[int]]:
 
 
 def _rollouts(prompts: list, trainer, turn) -> dict:
-    """Two turns per row; `turn(prompt_ids)` -> (token ids, logprobs) per prompt."""
-    tok = trainer.processing_class
+    """Two turns per row; `turn(prompt_ids, n)` -> (token ids, logprobs) per sample, n per prompt in a row. The
+    rows hold each prompt num_generations times in a row: the first turn asks for them together (n per distinct
+    prompt: the server reads each prompt once), the second turn per row."""
+    tok, g = trainer.processing_class, trainer.num_generations
     prompt_ids = _prompt_ids(tok, prompts)
     reply = tok(ENV_REPLY, add_special_tokens=False)["input_ids"]
-    first = turn(prompt_ids)
-    second = turn([p + ids + reply for p, (ids, _) in zip(prompt_ids, first)])
+    first = turn(prompt_ids[::g], g) if len(prompts) % g == 0 else turn(prompt_ids, 1)
+    second = turn([p + ids + reply for p, (ids, _) in zip(prompt_ids, first)], 1)
     out = {"prompt_ids": prompt_ids, "completion_ids": [], "logprobs": [], "env_mask": [], "turns": []}
     for (ids1, lp1), (ids2, lp2) in zip(first, second):
         out["completion_ids"].append(ids1 + reply + ids2)
@@ -44,8 +46,8 @@ def two_turns(prompts: list, trainer) -> dict:
     """One two-turn rollout per prompt row, generated through the plugin's handle."""
     gen = trainer.grpo_generation
 
-    def turn(prompt_ids):
-        return [(g[0].token_ids, g[0].logprobs) for g in gen.generate(prompt_ids, n=1, max_tokens=TURN_TOKENS)]
+    def turn(prompt_ids, n):
+        return [(c.token_ids, c.logprobs) for g in gen.generate(prompt_ids, n=n, max_tokens=TURN_TOKENS) for c in g]
 
     return _rollouts(prompts, trainer, turn)
 
@@ -55,12 +57,13 @@ def two_turns_openai(prompts: list, trainer) -> dict:
     their logprobs out), naming the model the handle says samples the weights being trained."""
     gen = trainer.grpo_generation
 
-    def turn(prompt_ids):
+    def turn(prompt_ids, n):
         reply = requests.post(f"{gen.base_url}/v1/completions", timeout=300, json={
-            "model": gen.model, "prompt": prompt_ids, "max_tokens": TURN_TOKENS, "temperature": trainer.temperature,
-            "logprobs": 0, "return_tokens_as_token_ids": True, "skip_special_tokens": False})
+            "model": gen.model, "prompt": prompt_ids, "n": n, "max_tokens": TURN_TOKENS,
+            "temperature": trainer.temperature, "logprobs": 0, "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False})
         reply.raise_for_status()
-        choices = sorted(reply.json()["choices"], key=lambda c: c["index"])
+        choices = sorted(reply.json()["choices"], key=lambda c: c["index"])  # prompt i's samples: i*n ... i*n+n-1
         return [([int(t.split(":", 1)[1]) for t in c["logprobs"]["tokens"]], list(c["logprobs"]["token_logprobs"]))
                 for c in choices]
 

@@ -242,6 +242,9 @@ def report(output_dir: str | Path) -> str:
         f" · trainer peak RSS {f(s['trainer_peak_rss_mb'], '.0f')} MiB"
         f" · server peak RSS {f(s['server_peak_rss_mb'], '.0f')} MiB",
         *_atropos_lines(s.get("atropos"), f),
+        *([f"  agent: {a['turns_mean']:.2f} model turns per rollout · model tokens {a['model_tokens']}"
+           f" · environment tokens {a['env_tokens']} (not trained) · truncated {a['truncated']}"
+           f" · of unknown origin {a['unknown_origin_tokens']}"] if (a := s.get("agent")) else []),
         *(["  eval reward: " + " → ".join(f"{f(e.get('reward'), '.3f')} (step {e['step']})" for e in s["eval"])]
           if s.get("eval") else []),
         f"  files: {d / 'grpo_metrics.jsonl'}, {d / 'grpo_summary.json'}, {d / 'grpo_curves.png'}",

@@ -4,9 +4,10 @@ the session servers, unmanaged (tests/conftest.py).
 
 - lora_sync, generating through the plugin's handle (`trainer.grpo_generation`): every turn sampled by the pinned
   adapter version, so no model token is of unknown origin;
-- restart (full weights, reloaded in place), generating through the server's OpenAI completions route as NeMo Gym's
+- restart (full weights, reloaded in place) with `trl.async_prefetch` (the function runs in axolotl's background
+  thread while the step before trains), generating through the server's OpenAI completions route as NeMo Gym's
   agents do: every model token counted as of unknown origin (not generated through the handle), the reward rising
-  all the same: the route samples the weights being trained.
+  all the same: the route samples the weights being trained, one version behind (the lag bound).
 
 In both: every push verified, the reward rising, the environment's tokens in no loss (axolotl's `tool_mask`) and in
 no token count, two model turns per rollout. ipc runs the same producer (it leases the policy gate as every mode
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grpo_plugin.metrics import report
 from rewards.toy_agent import ENV_REPLY
 from tests.e2e.test_axolotl_train import quickstart, train
 
@@ -37,12 +39,16 @@ def _full_weights(path: Path, cfg: dict) -> None:
     path.write_text(yaml.safe_dump(cfg))
 
 
-def _check(cfg: dict, log: str, *, handle: bool) -> list[dict]:
+def _check(cfg: dict, log: str, *, handle: bool, prefetched: bool = False) -> list[dict]:
     out = Path(cfg["output_dir"])
     recs = [json.loads(x) for x in (out / "grpo_metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == list(range(1, STEPS + 1))
     assert all(r["sync_logprob_diff"] is not None and r["sync_logprob_diff"] <= 1e-4 for r in recs), recs
-    assert all(r["policy_lag"] == 0 for r in recs)  # every turn sampled by the weights the step trains
+    lags = [r["policy_lag"] for r in recs]
+    if prefetched:  # every turn of a rollout prefetched while the step before trained: one version behind
+        assert lags[0] == 0 and all(lag in (0, 1) for lag in lags) and lags.count(1) >= STEPS // 2, lags
+    else:  # every turn sampled by the weights the step trains
+        assert lags == [0] * STEPS, lags
     for r in recs:
         assert r["agent_turns_mean"] == 2.0, r
         assert r["agent_env_tokens"] == 32 * len(ENV_REPLY.encode()), r  # the byte tokenizer: a token per byte
@@ -58,11 +64,13 @@ def _check(cfg: dict, log: str, *, handle: bool) -> list[dict]:
     # the trainer scores each model token with the context the server sampled it in, the environment's reply
     # included (it stays in the attention mask): at lag 0 in fp32 the two logprobs agree to numerics
     gaps = [float(x) for x in re.findall(r"'sampling/sampling_logp_difference/mean': '([^']+)'", log)]
-    assert len(gaps) == STEPS and max(gaps) < 1e-4, gaps
+    assert len(gaps) == STEPS
+    assert max(g for g, lag in zip(gaps, lags) if lag == 0) < 1e-4, list(zip(gaps, lags))
     s = json.loads((out / "grpo_summary.json").read_text())
     assert s["all_syncs_verified"] is True, s
     assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
     assert s["agent"]["model_tokens"] == sum(r["agent_model_tokens"] for r in recs), s["agent"]
+    assert "agent: 2.00 model turns per rollout" in report(out)  # `python -m grpo_plugin.metrics <output_dir>`
     assert not re.search(r"Traceback", log), log[-3000:]
     return recs
 
@@ -80,12 +88,12 @@ def test_rollout_func_two_turns_through_the_openai_route_restart(tmp_path, tiny_
                                                                 cache_env, full_weight_server):
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, CONFIG, server=full_weight_server,
                            max_steps=STEPS, grpo={"sync": "restart"}, learning_rate=1e-4,
-                           trl={"rollout_func": "rewards.toy_agent.two_turns_openai"})
+                           trl={"rollout_func": "rewards.toy_agent.two_turns_openai", "async_prefetch": True})
     _full_weights(path, cfg)
     proc = train(path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
-    _check(cfg, log, handle=False)
+    _check(cfg, log, handle=False, prefetched=True)
 
 
 @pytest.mark.skipif(not os.environ.get("GRPO_AGENT_IPC"), reason="ipc's agent run: GRPO_AGENT_IPC=1 (its own server)")

@@ -14,6 +14,9 @@ ONE run on the same machine:
     python -m grpo_plugin.bench servers [--size 100m] [--repeats 10] [--json]                   (bench/servers.py)
     python -m grpo_plugin.bench zero3 [--size 100m] [--repeats 10] [--json]                     (bench/zero3.py)
     python -m grpo_plugin.bench zero3 --cuda [--size 100m] [--json]                         (bench/zero3_cuda.py)
+    python -m grpo_plugin.bench agent [--size tiny] [--prompts 4] [--group 8] [--turn-tokens 16]
+                                      [--prompt-tokens 0] [--block-size N] [--rounds 7] [--json]
+                                                                                               (bench/agent.py)
 """
 
 from __future__ import annotations
@@ -89,6 +92,15 @@ def main(argv: list[str] | None = None) -> None:
     z.add_argument("--repeats", type=_count(1), default=10, help="pushes per trainer layout")
     z.add_argument("--cuda", action="store_true", help="one CUDA rank: gather exactness and time (no server)")
     z.add_argument("--json", action="store_true", help="print one JSON object")
+    g = sub.add_parser("agent", help="trl.rollout_func's two-turn path vs single-turn generation, per model token")
+    g.add_argument("--size", default="tiny", help="model size to build (tiny, 100m)")
+    g.add_argument("--prompts", type=_count(1), default=4, help="prompts per batch (at most 8)")
+    g.add_argument("--group", type=_count(1), default=8, help="completions per prompt")
+    g.add_argument("--turn-tokens", type=_count(1), default=16, help="model tokens per turn")
+    g.add_argument("--prompt-tokens", type=_count(0), default=0, help="lead each prompt with a shared preamble")
+    g.add_argument("--block-size", type=_count(1), default=None, help="the server's KV block size (vLLM's default)")
+    g.add_argument("--rounds", type=_count(1), default=7, help="rounds per side (median, alternated)")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     bench = _module(args)
     # libraries print banners on stdout when imported (deepspeed's accelerator line): stdout is the report's
@@ -113,6 +125,9 @@ def _module(args):
 def _run(bench, args) -> dict:
     if args.cmd == "code":
         return bench.run(args.problems, args.group, args.rounds)
+    if args.cmd == "agent":
+        return bench.run(args.size, args.prompts, args.group, args.turn_tokens, args.rounds, args.prompt_tokens,
+                         args.block_size)
     if args.cmd == "qlora":
         return bench.run(args.size, args.steps)
     if args.cmd == "zero3" and args.cuda:
