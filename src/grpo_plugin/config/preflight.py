@@ -139,7 +139,7 @@ def dataset_problems(datasets: Any, marker: str | None = None) -> list[str]:
 
 def checkpoint_numel(model_dir: Path) -> int | None:
     """Parameters stored in a local checkpoint's safetensors files (headers only), or None if it has none."""
-    from safetensors import safe_open
+    from safetensors import safe_open  # here: only for a local checkpoint's size (ipc's memory check)
 
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:

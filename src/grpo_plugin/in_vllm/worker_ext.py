@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+import traceback
 
 
 class GRPOWorkerExtension:
@@ -39,8 +40,6 @@ class GRPOWorkerExtension:
         try:
             return self._grpo_reload(weights_path)
         except Exception as exc:  # reported to the caller, never swallowed
-            import traceback
-
             return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
 
     def _grpo_reload(self, weights_path: str | None) -> dict:

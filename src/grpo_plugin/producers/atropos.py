@@ -70,6 +70,7 @@ def placeholder_dataset(cfg):
     plugin's load_datasets hook returns one placeholder row per sequence of a step. An eval set, when the config
     asks for evaluation, is `test_datasets` prepared by axolotl's own loader (as the train set of a run whose
     datasets they are)."""
+    # here: the plugin's load_datasets hook imports this module on axolotl's config path, before the trainer's
     from axolotl.common.datasets import TrainDatasetMeta
     from datasets import Dataset
 

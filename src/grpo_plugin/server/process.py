@@ -435,7 +435,7 @@ def visible_gpus() -> list[str]:
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [d.strip() for d in env.split(",") if d.strip()]
-    import torch
+    import torch  # here: the serve command and config checks use this module; torch only to count GPUs
 
     return [str(i) for i in range(torch.cuda.device_count())]
 

@@ -10,6 +10,7 @@ The sync session (sync/session.py) drives a mode and calls, in order: `prepare(m
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -140,8 +141,6 @@ def extends_ours(qualname: str | None) -> bool:
     if not qualname or "." not in qualname:
         return False
     try:
-        import importlib
-
         from grpo_plugin.in_vllm.worker_ext import GRPOWorkerExtension  # only for a subclass's name: rare
 
         module, _, name = qualname.rpartition(".")

@@ -22,6 +22,9 @@ import shutil
 import time
 from pathlib import Path
 
+from peft import get_peft_model_state_dict
+from safetensors.torch import save_file
+
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.storage import SyncDir
 from grpo_plugin.sync.base import SyncResult
@@ -83,8 +86,6 @@ class LoraSync:
         """PEFT's adapter state-dict names, resolved once to the live parameters (the optimizer updates them
         in place, so each push reads current values without walking the whole model again). None if any
         entry is not a live parameter: then every push asks PEFT again."""
-        from peft import get_peft_model_state_dict
-
         by_ptr = {p.data_ptr(): p for p in model.parameters()}
         out = {}
         for key, t in get_peft_model_state_dict(model).items():
@@ -98,9 +99,6 @@ class LoraSync:
     def _write_weights(self, target: Path, full: dict | None = None) -> None:
         """A complete adapter directory the server has never seen: the weights and a link to the config. `full`:
         the model's gathered state dict (FSDP2), the adapter is picked out of it."""
-        from peft import get_peft_model_state_dict
-        from safetensors.torch import save_file
-
         if full is not None:
             tensors = get_peft_model_state_dict(self._model, state_dict=full)
         else:

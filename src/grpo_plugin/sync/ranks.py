@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+from accelerate.utils import broadcast_object_list
+
 from grpo_plugin import probe
 
 READS = ("trainable", "all")  # which parameters a mode's push reads: the adapter (lora_sync) or every weight
@@ -74,7 +76,7 @@ class OneCopy:
 @contextlib.contextmanager
 def zero3_gather(model, reads: str) -> Iterator[None]:
     """In place: inside, every rank's selected parameters hold their full tensors (the push reads the model)."""
-    import deepspeed
+    import deepspeed  # here: only a ZeRO-3 run needs it (it also starts its accelerator probe when imported)
 
     with deepspeed.zero.GatheredParameters(selected(model, reads), modifier_rank=None):
         yield None
@@ -84,14 +86,12 @@ def zero3_gather(model, reads: str) -> Iterator[None]:
 def fsdp2_gather(model, reads: str) -> Iterator[dict]:
     """The full state dict on rank 0 (CPU memory), {} on the others; `reads` makes no difference to the gather
     (torch gathers the whole state dict; a LoRA push then picks the adapter out of it)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # FSDP2 runs only
 
     yield get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def _broadcast(obj):
-    from accelerate.utils import broadcast_object_list
-
     return broadcast_object_list([obj], from_process=0)[0]
 
 

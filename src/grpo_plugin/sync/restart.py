@@ -20,6 +20,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from transformers import AutoConfig, GenerationConfig
+
 from grpo_plugin.server import managed
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.server.group import replicas_of
@@ -139,8 +141,6 @@ class _ProcessRestart:
         """vLLM will start on the sync directory: it needs the model's config files too (the original ones, as
         the server first loaded them; the tokenizer stays where it was). The server itself is ours, started
         with what this strategy needs."""
-        from transformers import AutoConfig, GenerationConfig
-
         servers = self._servers()
         source = (servers[0].spec.tokenizer or servers[0].spec.model) if servers else None
         config = AutoConfig.from_pretrained(source) if source else model.config
