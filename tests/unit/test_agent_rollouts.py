@@ -52,7 +52,7 @@ def producer() -> AgentRolloutProducer:
 def test_a_two_turn_rollout_func_trains_only_the_models_tokens():
     rows = check_output(two_turn_output(), PROMPTS, 2, VOCAB)
     inputs = [{"prompt": p} for p in PROMPTS]
-    data = producer()._tensors(rows, inputs, PROMPTS)
+    data = producer()._tensors(rows, inputs)
     model = data["completion_mask"] * data["tool_mask"]
     env = data["completion_mask"] * (1 - data["tool_mask"])
     n_model = sum(sum(m) for m in rows.env_mask)
@@ -196,7 +196,7 @@ def test_length_token_and_sampling_metrics_count_the_models_tokens_only():
     from grpo_plugin.producers.model_tokens import recount
 
     rows = check_output(two_turn_output(), PROMPTS, 2, VOCAB)
-    data = producer()._tensors(rows, [{"prompt": p} for p in PROMPTS], PROMPTS)
+    data = producer()._tensors(rows, [{"prompt": p} for p in PROMPTS])
     trained = data["completion_mask"] * data["tool_mask"]
     old = torch.full(trained.shape, -1.0)
     data["sampling_per_token_logps"] = torch.where(trained.bool(), old - 0.01, torch.zeros_like(old))

@@ -65,9 +65,8 @@ def _two_turns(client, model: str, prompts, group: int, tokens: int, pad: int):
            "env_mask": [[1] * len(a.token_ids) + [0] * REPLY + [1] * len(b.token_ids) for a, b in zip(first, second)]}
     checked = check_output(out, ["p"] * len(rows), group, 10 ** 6)
     producer = object.__new__(AgentRolloutProducer)
-    producer.spec = SimpleNamespace(pad_token_id=pad, stop_token_ids=(), mask_truncated=False, device="cpu",
-                                    tokenizer=SimpleNamespace(batch_decode=lambda ids, **k: [""] * len(ids)))
-    producer._tensors(checked, [{} for _ in rows], ["p"] * len(rows))
+    producer.spec = SimpleNamespace(pad_token_id=pad, stop_token_ids=(), mask_truncated=False, device="cpu")
+    producer._tensors(checked, [{} for _ in rows])
     return sum(sum(m) for m in checked.env_mask)
 
 

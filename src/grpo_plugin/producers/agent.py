@@ -27,13 +27,12 @@ import threading
 import time
 
 import torch
-from axolotl.core.trainers.grpo.async_trainer import RolloutDataset
 from trl.trainer.utils import pad
 
 from grpo_plugin.producers.agent_output import RolloutFuncError, check_output, model_turns, unknown_model_tokens
 from grpo_plugin.producers.completion_tensors import rollout_tensors
-from grpo_plugin.producers.local import ITEMS_LOCAL, LocalRolloutProducer, sum_items_over_ranks
-from grpo_plugin.producers.rollout import ROLLOUT_KEY, Rollout
+from grpo_plugin.producers.local import LocalRolloutProducer, deferred_rollout
+from grpo_plugin.producers.rollout import Rollout
 from grpo_plugin.server.client import ServerError, ServerLost
 from grpo_plugin.server.group import replicas_of
 
@@ -56,10 +55,6 @@ class AgentGeneration:
         return self._lease.model if self._lease is not None else self._gate.model
 
     @property
-    def version(self) -> int | None:
-        return self._lease.version if self._lease is not None else self._gate.version
-
-    @property
     def base_url(self) -> str:
         """The (first) server's URL, for OpenAI-compatible clients: `{base_url}/v1/completions`."""
         return replicas_of(self._client)[0].base_url
@@ -70,12 +65,12 @@ class AgentGeneration:
         for this call)."""
         if not prompt_ids or not all(isinstance(p, (list, tuple)) and p for p in prompt_ids):
             raise ValueError("grpo_generation.generate: give a list of non-empty token-id lists")
-        settings = {**self._sampling, **sampling}
+        prompts, settings = [list(p) for p in prompt_ids], {**self._sampling, **sampling}
         if self._lease is not None:
-            groups = self._client.generate([list(p) for p in prompt_ids], model=self._lease.model, n=n, **settings)
+            groups = self._client.generate(prompts, model=self._lease.model, n=n, **settings)
         else:
             with self._gate.lease(self._min_version() if self._min_version else None, self._timeout) as lease:
-                groups = self._client.generate([list(p) for p in prompt_ids], model=lease.model, n=n, **settings)
+                groups = self._client.generate(prompts, model=lease.model, n=n, **settings)
         with self._lock:
             self.calls += 1
             self.generated.extend(tuple(c.token_ids) for g in groups for c in g)
@@ -161,42 +156,26 @@ class AgentRolloutProducer(LocalRolloutProducer):
             rows = check_output(out, prompts, spec.num_generations, self.vocab_size)
         except RolloutFuncError as exc:
             raise RolloutFuncError(f"trl.rollout_func {self.name}: {exc}") from None
-        output = self._tensors(rows, inputs, prompts)
-        output[ROLLOUT_KEY] = Rollout(wait_ms=rollout_ms, generate_ms=rollout_ms, policy_version=version,
-                                      agent=agent_fields(rows, generation, spec.stop_token_ids))
-        if threading.current_thread() is threading.main_thread():
-            sum_items_over_ranks(output, spec.num_processes, spec.gather)
-        else:
-            output[ITEMS_LOCAL] = True
-        return RolloutDataset(output)
+        tensors = self._tensors(rows, inputs)
+        record = Rollout(wait_ms=rollout_ms, generate_ms=rollout_ms, policy_version=version,
+                         agent=agent_fields(rows, generation, spec.stop_token_ids))
+        return deferred_rollout(spec, tensors, tensors.pop("num_items_in_batch"), inputs, prompts,
+                                rows.completion_ids, record)
 
-    def _tensors(self, rows, inputs: list[dict], prompts: list) -> dict:
+    def _tensors(self, rows, inputs: list[dict]) -> dict:
+        """The rollout's tensors with the env mask as axolotl's `tool_mask`, and `num_items_in_batch`: the model's
+        tokens of kept completions (what the loss normalises by). Extra fields go into `inputs`, with their row."""
         spec = self.spec
+        for i, inp in enumerate(inputs):
+            for key, values in rows.extra.items():
+                inp[key] = values[i]
         tensors = rollout_tensors(rows.prompt_ids, rows.completion_ids, rows.logprobs, pad_token_id=spec.pad_token_id,
                                   stop_token_ids=list(spec.stop_token_ids), mask_truncated=spec.mask_truncated,
                                   device=spec.device)
-        model_masks = [rows.model_mask(i) or [0] for i in range(len(rows.completion_ids))]
-        tool_mask = pad([torch.tensor(m, dtype=torch.long, device=spec.device) for m in model_masks],
-                        padding_value=1, padding_side="right")
-        tensors["tool_mask"] = tool_mask
-        trained = tensors["completion_mask"] * tool_mask  # what the loss sees: model tokens of kept completions
-        for i, inp in enumerate(inputs):  # extra fields go to the reward functions with their row
-            for key, values in rows.extra.items():
-                inp[key] = values[i]
-        texts = spec.tokenizer.batch_decode(rows.completion_ids, skip_special_tokens=True)
-        conversational = isinstance(prompts[0], list)
-        completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
-        return {
-            **tensors,
-            "num_items_in_batch": trained.sum(),
-            "advantages": torch.zeros(len(rows.completion_ids), device=spec.device),
-            "_pending_policy_logps": True,
-            "_deferred_inputs": inputs,
-            "_deferred_prompts": prompts,
-            "_deferred_completions": completions,
-            "_deferred_completion_ids_list": rows.completion_ids,
-            "_rank0_only": False,
-        }
+        tensors["tool_mask"] = pad([torch.tensor(rows.model_mask(i) or [0], dtype=torch.long, device=spec.device)
+                                    for i in range(len(rows.completion_ids))], padding_value=1, padding_side="right")
+        tensors["num_items_in_batch"] = (tensors["completion_mask"] * tensors["tool_mask"]).sum()
+        return tensors
 
 
 def agent_fields(rows, generation: AgentGeneration, stop_token_ids) -> dict:

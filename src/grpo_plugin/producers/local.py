@@ -88,31 +88,37 @@ class LocalRolloutProducer(GRPODataProducer):
         tensors = rollout_tensors(
             prompt_ids, completion_ids, sampling_lps, pad_token_id=spec.pad_token_id,
             stop_token_ids=list(spec.stop_token_ids), mask_truncated=spec.mask_truncated, device=spec.device)
-        texts = spec.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        completions = ([[{"role": "assistant", "content": t}] for t in texts]
-                       if is_conversational(inputs[0]) else texts)
         n_tokens = torch.tensor(sum(len(c) for c in completion_ids), device=spec.device)
-        output = {
-            **tensors,
-            "num_items_in_batch": n_tokens,  # this rank's; summed over the ranks on the main thread (below)
-            "advantages": torch.zeros(len(completion_ids), device=spec.device),
-            # deferred scoring: axolotl computes rewards, advantages, policy logps and the IS ratio
-            "_pending_policy_logps": True,
-            "_deferred_inputs": inputs,
-            "_deferred_prompts": prompts,
-            "_deferred_completions": completions,
-            "_deferred_completion_ids_list": completion_ids,
-            "_rank0_only": False,
-            # read by the trainer when it consumes this rollout (main thread): which weights sampled it, how long
-            # generating took, how long the trainer waited for it (the prefetcher replaces the wait)
-            ROLLOUT_KEY: Rollout(wait_ms=rollout_ms, generate_ms=rollout_ms, policy_version=version,
-                                 server_rows=server_rows),
-        }
-        if threading.current_thread() is threading.main_thread():
-            sum_items_over_ranks(output, spec.num_processes, spec.gather)
-        else:  # a prefetch thread: no collective here (it would interleave with the training step's)
-            output[ITEMS_LOCAL] = True
-        return RolloutDataset(output)
+        # read by the trainer when it consumes this rollout (main thread): which weights sampled it, how long
+        # generating took, how long the trainer waited for it (the prefetcher replaces the wait)
+        record = Rollout(wait_ms=rollout_ms, generate_ms=rollout_ms, policy_version=version, server_rows=server_rows)
+        return deferred_rollout(spec, tensors, n_tokens, inputs, prompts, completion_ids, record)
+
+
+def deferred_rollout(spec: GenerationSpec, tensors: dict, n_tokens: torch.Tensor, inputs: list[dict], prompts: list,
+                     completion_ids: list[list[int]], record: Rollout) -> RolloutDataset:
+    """A sampled rollout as axolotl's deferred scoring takes it: the tensors, the completions decoded for the reward
+    functions, `n_tokens` (the tokens the loss normalises by: this rank's, summed over the ranks here on the main
+    thread) and the rollout's record. axolotl computes rewards, advantages, policy logps and the IS ratio."""
+    texts = spec.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+    completions = [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(inputs[0]) else texts
+    output = {
+        **tensors,
+        "num_items_in_batch": n_tokens,
+        "advantages": torch.zeros(len(completion_ids), device=spec.device),
+        "_pending_policy_logps": True,
+        "_deferred_inputs": inputs,
+        "_deferred_prompts": prompts,
+        "_deferred_completions": completions,
+        "_deferred_completion_ids_list": completion_ids,
+        "_rank0_only": False,
+        ROLLOUT_KEY: record,
+    }
+    if threading.current_thread() is threading.main_thread():
+        sum_items_over_ranks(output, spec.num_processes, spec.gather)
+    else:  # a prefetch thread: no collective here (it would interleave with the training step's)
+        output[ITEMS_LOCAL] = True
+    return RolloutDataset(output)
 
 
 ITEMS_LOCAL = "_grpo_items_local"  # `num_items_in_batch` still counts this rank's completion tokens only

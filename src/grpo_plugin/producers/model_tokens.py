@@ -21,10 +21,10 @@ TERMINATED = ("mean_terminated_length", "min_terminated_length", "max_terminated
 def recount(metrics: dict, state, data: dict, gather, eos_and_pad: list) -> None:
     """`metrics`: the trainer's `_metrics["train"]`, holding the step's values axolotl appended last; `data`: the
     scored rollout (`completion_mask`, `tool_mask`, `completion_ids`)."""
-    mask, tool = data["completion_mask"], data["tool_mask"]
-    model = (mask * tool).sum(dim=1)
-    env = gather((mask * (1 - tool)).sum()).sum()
-    lengths = gather(model).float()
+    mask = data["completion_mask"]
+    trained = mask * data["tool_mask"]
+    env = gather((mask - trained).sum()).sum()
+    lengths = gather(trained.sum(dim=1)).float()
     state.num_input_tokens_seen -= int(env.item())
     metrics["num_tokens"] = [state.num_input_tokens_seen]
     ids, n = data["completion_ids"], mask.sum(dim=1).tolist()  # a row's last real token (not its padding)
@@ -36,7 +36,7 @@ def recount(metrics: dict, state, data: dict, gather, eos_and_pad: list) -> None
             _replace(metrics, f"completions/{name}", value.item())
     if data.get("old_per_token_logps") is None or "sampling_per_token_logps" not in data:
         return
-    trained = (mask * tool).bool()
+    trained = trained.bool()
     delta = (data["old_per_token_logps"] - data["sampling_per_token_logps"]).abs()[trained]
     none = torch.zeros((), device=delta.device)
     _replace(metrics, "sampling/sampling_logp_difference/mean",
