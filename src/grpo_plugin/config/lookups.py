@@ -22,6 +22,11 @@ def settings_of(cfg) -> GRPOSettings:
     return GRPOSettings(**(dict(block) if block else {}))
 
 
+def has_settings(cfg) -> bool:
+    """Whether an axolotl config (a dict or axolotl's DictDefault) has a `grpo:` block at all."""
+    return (cfg or {}).get("grpo") is not None
+
+
 def current_settings() -> GRPOSettings:
     """The validated `grpo:` block of the config axolotl loaded in this process."""
     return settings_of(loaded_cfg())

@@ -9,9 +9,9 @@ from grpo_plugin.config.schema import server_count
 from grpo_plugin.runtime import config_value, is_local
 
 
-def check(data: dict) -> None:
+def check(data: dict, settings) -> None:
     """What one shared copy of the weights cannot do, each with the reason and the way out (all of them in one
-    ValueError)."""
+    ValueError). `settings`: the validated `grpo:` block; `data`: the rest of the config."""
     vllm = data.get("vllm") or {}
     problems = []
     if data.get("adapter"):
@@ -30,7 +30,7 @@ def check(data: dict) -> None:
         if int(config_value(vllm, key) or 1) > 1:
             problems.append(f"`vllm.{key}: {config_value(vllm, key)}`: ipc shares the weights of ONE vLLM worker "
                             f"(>1 splits or replicates them). Set vllm.{key}: 1, or use grpo.sync: restart.")
-    servers = server_count(data.get("grpo"))
+    servers = server_count(settings)
     if servers > 1 and serverconfig.cuda_available():
         problems.append(f"{servers} servers: on CUDA ipc shares one GPU's weights with one server (several servers "
                         "mapping one GPU copy is built only for vLLM-CPU). Use one server, or grpo.sync: restart / "

@@ -4,7 +4,7 @@ loads."""
 from __future__ import annotations
 
 
-def check(data: dict) -> None:
+def check(data: dict, settings) -> None:
     if data.get("adapter") not in ("lora", "qlora"):
         raise ValueError(
             "grpo.sync: lora_sync trains a LoRA adapter and hot-swaps it into vLLM, but `adapter:` is "

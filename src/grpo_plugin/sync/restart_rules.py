@@ -4,7 +4,7 @@ loads."""
 from __future__ import annotations
 
 
-def check(data: dict) -> None:
+def check(data: dict, settings) -> None:
     if data.get("adapter"):
         raise ValueError(
             f"grpo.sync: restart syncs full weights for full fine-tuning, but `adapter: {data.get('adapter')}` "
