@@ -214,6 +214,15 @@ def _flat(items: list) -> bool:
 
 
 _COMPOUND = frozenset({list, dict})
+# what a judge decodes in its own process (judge.py, "in place"): the builtin containers and scalars, built by the
+# code below from validated fields; every other tag ends the in-place part of a job
+PLAIN_TAGS = frozenset({"@", "L", "T", "D", "S", "F", "I", "f", "B", "C"})
+_TAGS = PLAIN_TAGS | _MUTABLE_TAGS | {"R", "Fr", "De", "dt", "ti", "da", "td", "NT", "K", "bt", "ns", "nd", "J", "dk",
+                                      "dv", "di", "O", "SV"}  # (an unknown tag: Decoder._v's ValueError)
+
+
+class NotPlain(Exception):  # noqa: N818 - a signal, not an error
+    """A value a judge does not build in its own process (Decoder.plain_only): it goes on in a forked one."""
 
 
 class Decoder:
@@ -224,6 +233,9 @@ class Decoder:
         """`foreign(k, kind)`: what `["J", k, kind]` stands for (Encoder's `foreign`), None: refused."""
         self.remote, self.klass, self.foreign = remote, klass, foreign
         self.budget = budget_bytes  # bytes this job may still receive
+        # PLAIN_TAGS only (else NotPlain, before anything is built), and ["O", ...] where `function(desc)` says
+        # the object is a plain function of the program's (a stand-in that can only be called)
+        self.plain_only, self.function = False, None
 
     def charge(self, n: int) -> None:
         self.budget -= n
@@ -252,6 +264,9 @@ class Decoder:
         if not isinstance(x, list) or not x or not isinstance(x[0], str):
             raise ValueError("not a tagged value")
         tag, rest, d = x[0], x[1:], depth + 1
+        if self.plain_only and tag not in PLAIN_TAGS and tag in _TAGS and not (
+                tag == "O" and len(rest) == 2 and self.function is not None and self.function(rest[1])):
+            raise NotPlain(tag)
         if tag == "@":
             return made[rest[0]]
         if tag in _MUTABLE_TAGS:

@@ -7,6 +7,7 @@ judge_link.Program.send_ahead). A batch repeats its programs and tests: each is 
 from __future__ import annotations
 
 import ast
+import operator
 import warnings
 
 
@@ -96,39 +97,79 @@ def compile_test(src: str) -> tuple:
     return compile(tree, "<test>", "exec", dont_inherit=True), sorted(modules), call_of(tree)
 
 
+_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Is: "is", ast.IsNot: "is not", ast.Lt: "<", ast.LtE: "<="}
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+               ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_NOT_A_LITERAL = (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, ArithmeticError)
+
+
 def call_of(tree):
     """The one call a test makes when it is nothing but `assert NAME(literals) == literal` (or `!=`, `is`,
-    `is not`; or `assert NAME(literals)`, `assert not NAME(literals)`; a message only when it is a literal):
-    (NAME, args, kwargs) with the literals' values, else None. Such a test does nothing else to the program
-    before or after that call, so the call can be sent ahead of the test (Program.send_ahead)."""
+    `is not`; `assert abs(NAME(literals) - literal) < literal` (or `<=`); `assert NAME(literals)`,
+    `assert not NAME(literals)`; a message only when it is a literal): (NAME, args, kwargs, check) with the
+    literals' values (`literal`), else None. Such a test does nothing else to the program before or after that
+    call, so the call can be sent ahead of the test (Program.send_ahead). `check`, what the test asks of the call's
+    value, for the judge to ask it without running the test as code (judge.Judge.literal_test): (op, literal, None)
+    with op `==`, `!=`, `is` or `is not` (`is` only with None, True or False), ("abs<", literal, bound) or
+    ("abs<=", ...), ("truth", None, None) or ("not", None, None); None for an `is` with another literal (the test
+    then runs as code)."""
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
         return None
     node = tree.body[0]
     if node.msg is not None and not isinstance(node.msg, ast.Constant):
         return None
-    test = node.test
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        test = test.operand
-    elif isinstance(test, ast.Compare):
-        if len(test.ops) != 1 or not isinstance(test.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
-            return None
-        try:
-            ast.literal_eval(test.comparators[0])
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            return None
-        test = test.left
-    if not isinstance(test, ast.Call) or not isinstance(test.func, ast.Name):
-        return None
+    test, check = node.test, ("truth", None, None)
     try:
-        args = [ast.literal_eval(a) for a in test.args]  # a starred argument is no literal: refused here
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test, check = test.operand, ("not", None, None)
+        elif isinstance(test, ast.Compare):
+            op = _OPS.get(type(test.ops[0])) if len(test.ops) == 1 else None
+            if op is None:
+                return None
+            want = literal(test.comparators[0])
+            if op in ("<", "<="):  # only as a tolerance: abs(NAME(...) - literal) < bound
+                left = test.left
+                if not (isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "abs"
+                        and len(left.args) == 1 and not left.keywords and isinstance(left.args[0], ast.BinOp)
+                        and isinstance(left.args[0].op, ast.Sub)):
+                    return None
+                check = ("abs" + op, literal(left.args[0].right), want)
+                test = left.args[0].left
+            else:
+                check = (op, want, None) if op in ("==", "!=") or want is None or type(want) is bool else None
+                test = test.left
+        if not isinstance(test, ast.Call) or not isinstance(test.func, ast.Name):
+            return None
+        args = [literal(a) for a in test.args]  # a starred argument is no literal: refused here
         kwargs = {}
         for k in test.keywords:
             if k.arg is None:
                 return None
-            kwargs[k.arg] = ast.literal_eval(k.value)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            kwargs[k.arg] = literal(k.value)
+    except _NOT_A_LITERAL:
         return None
-    return test.func.id, args, kwargs
+    return test.func.id, args, kwargs, check
+
+
+def literal(node):
+    """A test's literal value: what `ast.literal_eval` reads, and arithmetic on numbers in it (`2.0 / 3.0`,
+    `(3 + 5, 3 * 5)`), folded here as CPython computes it (ints of at most 256 bits in, so nothing grows past what
+    the source spells out). ValueError (or an ArithmeticError) for anything else."""
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        a, b = literal(node.left), literal(node.right)
+        if not all(type(x) is float or type(x) is int and x.bit_length() <= 256 for x in (a, b)):
+            return ast.literal_eval(node)  # (a complex number: `1 + 2j`)
+        return _ARITHMETIC[type(node.op)](a, b)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and not isinstance(
+            node.operand, ast.Constant):
+        value = literal(node.operand)
+        if type(value) not in (int, float):
+            raise ValueError("a sign on something other than a number")
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and not all(isinstance(e, ast.Constant) for e in node.elts):
+        values = [literal(e) for e in node.elts]
+        return tuple(values) if isinstance(node, ast.Tuple) else values if isinstance(node, ast.List) else set(values)
+    return ast.literal_eval(node)
 
 
 def _module_uses(tree) -> tuple[set[str], set[str]]:

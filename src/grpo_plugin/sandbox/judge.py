@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import builtins
 import json
+import marshal
 import os
 import sys
 
 try:
-    from . import confine, wire
+    from . import codec, confine, wire
     from .judge_link import Program
     from .judge_stand_ins import ProgramFailed, Remote, RemoteMeta, describe_exception
 except ImportError:  # in the jail: top-level modules beside forkserver.py
+    import codec
     import confine
     import wire
     from judge_link import Program
@@ -59,9 +61,16 @@ class Names(dict):
 
 
 class Judge:
-    def __init__(self, job: dict, program: Program, verdicts: int):
-        self.job, self.program, self.out = job, program, verdicts
+    def __init__(self, job: dict, program: Program, verdicts: int, leave=None):
+        """`leave`: the job starts in place (module docstring); `leave()` forks when it can no longer stay there
+        and says which side this is (True: the forked process, which goes on with the job; False: the judge,
+        which stops). None: the whole job out of place (the caller runs it in a process of its own)."""
+        self.job, self.program, self.out, self.leave = job, program, verdicts, leave
         self.kept: dict[str, object] = {}  # the program's functions and classes, fetched once per job
+        self.target = None  # the function a call-based job calls
+        self.ahead_until = 0  # the tests before it had their call sent ahead (or were found to have none to send)
+        self.strained = False  # in place, something ran out of memory: this process is not reused
+        program.decoder.plain_only = leave is not None
 
     def say(self, line: str) -> None:
         _say(self.out, line)
@@ -99,30 +108,34 @@ class Judge:
         return value
 
 
-    def run(self, start: int, end: int) -> str:
+    @property
+    def in_place(self) -> bool:
+        return self.program.decoder.plain_only
+
+    def run(self, start: int, end: int) -> str | None:
         """Run the tests; the job's last line: `Z` (over) or `R` (the program's process was lost during a test:
-        the fork server runs the tests after it in a fresh one)."""
-        mode = self.job["mode"]
-        why = self.program.first()
+        the fork server runs the tests after it in a fresh one); None: the job went on in a forked process, which
+        says the rest."""
+        try:
+            why = self.program.first()
+        except codec.NotPlain:  # the program raised: its exception is built out of place
+            if not self.out_of_place():
+                return None
+            why = self.program.first()
         if why is not None:
             self.say(f"E {why}")
             return "Z"
         self.say("D")
-        target = None
-        ahead_until = start  # the tests before it had their call sent ahead (or were found to have none to send)
+        self.ahead_until = start
         for i in range(start, end):
             self.say(f"S {i}")
             try:
-                if mode == "calls":
-                    if target is None:
-                        target = self.call_target()
-                    if i >= ahead_until:
-                        ahead_until = i + self.send_ahead(self.planned_cases(target, i, end))
-                    ok, detail = self.call_test(target, self.job["cases"][i])
-                else:
-                    if i >= ahead_until:
-                        ahead_until = i + self.send_ahead(self.planned(start, i, end))
-                    ok, detail = self.assert_test(self.job["compiled"][i - start])
+                try:
+                    ok, detail = self.test(i, start, end)
+                except codec.NotPlain:
+                    if not self.out_of_place():
+                        return None
+                    ok, detail = self.test(i, start, end)
             except ProgramFailed as exc:  # its process is gone or broken: the job's other tests get a fresh one
                 self.say(f"F {i} {exc}")
                 return "R"
@@ -131,21 +144,43 @@ class Judge:
             except AssertionError:
                 ok, detail = False, "AssertionError"
             except BaseException as exc:  # noqa: BLE001 - the test's own error, or one the program's code raised
+                self.strained |= isinstance(exc, MemoryError) and self.in_place
                 ok, detail = False, describe_exception(exc)
             self.say(f"P {i}" if ok else f"F {i} {detail}")
         return "Z"
 
+    def out_of_place(self) -> bool:
+        """The rest of the job in a process forked for it: True there, False in the judge (which stops)."""
+        if not self.leave():
+            return False
+        self.program.out_of_place()
+        return True
+
+    def test(self, i: int, start: int, end: int) -> tuple[bool, str]:
+        """Test i: (passed, detail), or an exception. In place, NotPlain (nothing consumed that the forked
+        process cannot take up again) for what cannot be judged there."""
+        if self.job["mode"] == "calls":
+            if self.target is None:
+                self.target = self.call_target()
+            if i >= self.ahead_until:
+                self.ahead_until = i + self.send_ahead(self.planned_cases(self.target, i, end))
+            return self.call_test(self.target, self.job["cases"][i])
+        if i >= self.ahead_until:
+            self.ahead_until = i + self.send_ahead(self.planned(start, i, end))
+        compiled = self.job["compiled"][i - start]
+        return self.literal_test(compiled) if self.in_place else self.assert_test(compiled)
+
     def planned(self, start: int, i: int, end: int) -> list:
         """The calls of tests i, i+1, ... up to the first test that is not one call of the program's function
         with literals (call_of), or whose name means something else to a test: (stand-in, args, kwargs) each."""
-        out, real = [], vars(builtins)
+        out = []
         for compiled in self.job["compiled"][i - start:min(end, i + AHEAD_MOST) - start]:
             call = compiled[2] if compiled is not None else None
-            if call is None or call[0] in real or call[0] in _STDLIB_VALUES or call[0] in self.imports():
+            if call is None or self.shadowed(call[0]):
                 break
             try:
                 fn = self.resolve(call[0], False)
-            except NameError:
+            except NameError:  # (NotPlain, in place: out of place from here, where this test is planned again)
                 break
             if not isinstance(fn, Remote):
                 break
@@ -173,6 +208,33 @@ class Judge:
         if len(batch) < 2:
             return 1
         return max(1, self.program.send_ahead(batch, AHEAD_BYTES))
+
+    def literal_test(self, compiled):
+        """In place: a test that is one call of the program's function with literals and a check of its value
+        against a literal (forkserver_plan.call_of), judged without running the test as code: the value is plain
+        data (codec.PLAIN_TAGS), so `==`, `is None` and truth are the builtin types' own. Else NotPlain."""
+        call = compiled[2] if compiled is not None else None
+        if call is None or call[3] is None or self.shadowed(call[0]):
+            raise codec.NotPlain("a test that is more than a call and a literal")
+        fn = self.resolve(call[0], False)
+        if not isinstance(fn, Remote):
+            raise codec.NotPlain("not the program's function")
+        args, kwargs = marshal.loads(marshal.dumps(call[1:3]))  # the job's own copy: a call may change them
+        got = fn(*args, **kwargs)
+        op, want, bound = call[3]
+        if op in ("abs<", "abs<="):  # abs(got - want) < bound: the builtin abs, as a test's `abs` always is
+            gap = abs(got - want)
+            ok = gap < bound if op == "abs<" else gap <= bound
+        else:
+            ok = (got == want if op == "==" else got != want if op == "!=" else got is want if op == "is"
+                  else got is not want if op == "is not" else not got if op == "not" else bool(got))
+        if not ok:
+            raise AssertionError
+        return True, "passed"
+
+    def shadowed(self, name: str) -> bool:
+        """Whether `name` in a test means something other than the program's own (Names, resolve)."""
+        return name in vars(builtins) or name in _STDLIB_VALUES or name in self.imports()
 
     def assert_test(self, compiled):
         if compiled is None:
@@ -227,30 +289,39 @@ def returns_match(actual, expected) -> bool:
     return isinstance(expected, list) and len(expected) == 1 and got == _jsonish(expected[0])
 
 
-def run_judge(job: dict, start: int, end: int, rpc_fd: int, verdict_fd: int, limits: dict) -> None:
-    """One job's tests [start, end); its last line is `Z` (the job is over, whatever happened)."""
+def run_judge(job: dict, start: int, end: int, rpc_fd: int, verdict_fd: int, limits: dict, leave=None) -> bool:
+    """One job's tests [start, end); its last line is `Z` (the job is over, whatever happened). `leave`: start in
+    place (Judge). Whether this process may serve another job in place (False: it ran out of memory in this one, or
+    this is the job's forked process)."""
     program = Program(rpc_fd, limits["value_bytes"], limits["job_bytes"])
-    judge = Judge(job, program, verdict_fd)
-    last = "Z"
+    judge = Judge(job, program, verdict_fd, leave)
+    last: str | None = "Z"
     try:
         last = judge.run(start, end)
     except BaseException as exc:  # noqa: BLE001 - the judge's own failure ends its job (reported, never a pass)
+        judge.strained = True
         try:
             judge.say(f"X judge {type(exc).__name__}: {exc}")
         except OSError:
             pass
-    judge.say(last)
+    if last is not None:
+        judge.say(last)
+    return judge.in_place and not judge.strained
 
 
 def serve(ctrl, verdict_fd: int, limits: dict) -> None:
     """A judge's life: jobs one after the other from the fork server (`ctrl`, a socket: each job a framed marshal
     with the job's end of its program's socket attached, wire.py), until the server closes it or replaces this
-    judge (after a job over-ran its time, this process is killed with it, and the job's process too). Each job runs
-    in a process forked for it from this one, which never runs a test: nothing a job does to the judge's code or
-    state (a test that patches it, a value that fooled it) reaches the next job. Verdicts go out on `verdict_fd`
-    only; what a test prints goes to /dev/null (fds 1 and 2)."""
+    judge (after a job over-ran its time, this process is killed with it, and the job's process too). Verdicts go
+    out on `verdict_fd` only; what a test prints goes to /dev/null (fds 1 and 2).
+
+    A job starts here, in place, and stays as long as nothing but plain data comes from the program and every test
+    is one call checked against a literal (Judge.literal_test): no test runs as code here, no class is built, so
+    nothing of the job is left when it ends. At the first value or test that is more, `leave` forks a process for
+    the rest of the job (a copy of this one that dies with it) and this one waits for it: whatever that process
+    runs or is fooled into doing (a test that patches the judge, a value that fooled it) never reaches another
+    job. After a job that ran out of memory here, this process ends and the slot gets a new judge."""
     import gc
-    import marshal
 
     gc.freeze()  # a job's collections never write the headers of what it shares with this process
     # one thread and nothing that registers at-fork work: libc's fork, without os.fork's bookkeeping
@@ -260,23 +331,38 @@ def serve(ctrl, verdict_fd: int, limits: dict) -> None:
         if message is None or len(message[1]) != 1:
             os._exit(0)
         payload, fds = message
-        pid = fork()
-        if pid == 0:  # the job's own judge: a copy of this process that dies with its job
-            code = 1
-            try:
+        forked: list[int] = []  # (in this process) the job's forked process
+        in_fork: list[bool] = []  # (in that process) it is the one
+
+        def leave() -> bool:
+            pid = fork()
+            if pid == 0:
                 ctrl.close()
-                job_text, start, end, tests, imports = marshal.loads(payload)
-                job = json.loads(job_text)
-                job["compiled"], job["imports"] = tests, imports
-                run_judge(job, start, end, fds[0], verdict_fd, limits)
-                code = 0
-            finally:
-                os._exit(code)
+                in_fork.append(True)
+                return True
+            forked.append(pid)
+            return False
+
+        again = done = False
+        try:
+            job_text, start, end, tests, imports = marshal.loads(payload)
+            job = json.loads(job_text)
+            job["compiled"], job["imports"] = tests, imports
+            again = run_judge(job, start, end, fds[0], verdict_fd, limits, leave)
+            done = True
+        finally:
+            if in_fork:  # the job's process ends with its job
+                os._exit(0 if done else 1)
         os.close(fds[0])
-        status = os.waitpid(pid, 0)[1]
-        if status != 0:  # it died before its last line: the job ends here, said so (never a pass)
-            _say(verdict_fd, f"X judge ended with wait status {status}")
-            _say(verdict_fd, "Z")
+        if forked:
+            status = os.waitpid(forked[0], 0)[1]
+            if status != 0:  # it died before its last line: the job ends here, said so (never a pass)
+                _say(verdict_fd, f"X judge ended with wait status {status}")
+                _say(verdict_fd, "Z")
+        elif not again:
+            os._exit(0)
+        elif gc.get_count()[0] > 2000:  # what jobs left in place (stand-ins' classes hold cycles): this
+            gc.collect()  # process runs no collector of its own
         _reap()  # what a test forked and left (this process is PID 1 of its namespace: orphans come here)
 
 

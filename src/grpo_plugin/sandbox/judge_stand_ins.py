@@ -20,6 +20,8 @@ except ImportError:  # in the jail: top-level modules beside forkserver.py
 BUILTIN_EXCEPTIONS = {name: obj for name, obj in vars(builtins).items()
                       if isinstance(obj, type) and issubclass(obj, BaseException)}
 _BUILTIN_BASES = {**BUILTIN_EXCEPTIONS, **{t.__name__: t for t in codec.PLAIN_BASES}}
+# how program.Service describes the class of a `def` or `lambda` (no bases of its own, nothing special)
+_FUNCTION = {"n": "function", "q": "function", "m": "builtins", "e": False, "nt": None, "b": []}
 
 
 class ProgramFailed(Exception):
@@ -34,6 +36,21 @@ class StandIns:
         self.program = program
         self.classes: dict[int, type] = {}  # class handle -> stand-in
         self.objects: dict[int, object] = {}  # object handle -> its stand-in (the program keeps its objects)
+        self.functions: set[int] = set()  # handles of the classes described exactly as a plain function's
+
+    def function(self, desc) -> bool:
+        """Whether `desc` describes the class of the program's plain functions (`def`, `lambda`), or is a reference
+        to a class described so: the one kind of object a judge takes in place (codec.Decoder.plain_only)."""
+        if not isinstance(desc, dict) or type(desc.get("h")) is not int:
+            return False
+        h = desc["h"]
+        if h in self.classes or len(desc) == 1:
+            return h in self.functions
+        if desc == {"h": h, **_FUNCTION}:
+            self.functions.add(h)
+            self.klass(desc)  # described once: a later reference finds it, whatever else this value holds
+            return True
+        return False
 
     def remote(self, handle, desc, value=None):
         """The stand-in of the program's object `handle`: one per object, so `is` holds as in the program (an enum
