@@ -111,6 +111,8 @@ def test_plain_values_and_literal_checks_stay_in_place():
      ["assert f(0) == 0", "assert f(1) == 1", "assert f(0) == 0"]),
     # a test that is more than a call and a literal runs as code, out of place
     ("def f(v):\n    return v * 2\n", ["assert f(1) == 2", "assert round(f(1)) == 2", "assert f(2) == 4"]),
+    # a function returned is an object of the program's (only a function named by the test is called in place)
+    ("def f(v):\n    return f if v else 0\n", ["assert f(0) == 0", "assert f(1)", "assert f(0) == 0"]),
     # a decorated function is no plain function; an `is` with an int is judged as code
     ("import functools\n@functools.lru_cache(None)\ndef f(v):\n    return v\n", ["assert f(3) == 3"]),
     (COUNTER, ["assert f() == 1", "assert f(0) is 2"]),
@@ -182,3 +184,53 @@ def test_both_corpora_judge_the_same_in_place_and_out():
             moved += left
     assert checked > 200
     assert 0 < moved < checked  # both kinds of job are in the corpora
+
+
+def _judges_state() -> dict:
+    """What a job in place could leave behind in the judge's process: the modules loaded, every global of the
+    judge's modules and of builtins (by identity), the stand-in base classes' attributes, the decimal context."""
+    import builtins
+    import decimal
+    import sys
+
+    from grpo_plugin.sandbox import judge_link, wire
+
+    state = {"modules": sorted(sys.modules), "decimal": repr(decimal.getcontext())}
+    for mod in (builtins, judge, judge_link, judge_stand_ins, codec, wire):
+        state[mod.__name__] = {k: id(v) for k, v in vars(mod).items()}
+    for cls in (judge_stand_ins.Remote, judge_stand_ins.RemoteMeta):
+        state[cls.__name__] = {k: id(v) for k, v in vars(cls).items()}
+    return state
+
+
+def test_a_job_in_place_leaves_nothing_in_the_judge():
+    """Jobs that stay in place, one with values built to be costly or odd (cycles through aliases, deep nesting,
+    big ints, hash-colliding keys, NaN, a forged function description for the next reply), change nothing a later
+    job could see."""
+    odd = """
+import sys
+def f(k):
+    if k == 0:
+        a = []
+        a.append(a)
+        return a
+    if k == 1:
+        x = []
+        for _ in range(150):
+            x = [x]
+        return x
+    if k == 2:
+        return {i * (sys.hash_info.modulus): i for i in range(2000)}
+    if k == 3:
+        return [float('nan'), 2 ** 4000, -0.0, '\\udcff', b'\\x00' * 1000]
+    return (frozenset({1j, 'x'}), b'y', {(): set()})
+"""
+    tests = [f"assert f({k}) == [1]" for k in range(5)] + ["assert f(3)", "assert abs(f(1) - 1) < 2"]
+    judge_lines(odd, tests)  # (imports, caches and the like a first job may fill once)
+    before = _judges_state()
+    for _ in range(3):
+        lines, left = judge_lines(odd, tests)
+        assert left == 0 and verdicts(lines) == [False] * 5 + [True, False], lines
+        lines, left = judge_lines(COUNTER, [f"assert f() == {k}" for k in (1, 2, 3)])
+        assert left == 0 and verdicts(lines) == [True] * 3
+    assert _judges_state() == before

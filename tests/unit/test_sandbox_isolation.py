@@ -151,6 +151,63 @@ def test_a_judge_patched_by_one_job_judges_the_next_job_afresh(sb1):
     assert [r.score for r in later[2:]] == [1.0] * 3
 
 
+def test_what_a_program_forges_for_a_judge_in_place_is_judged_out_of_place_or_fails(sb1):
+    """A judge takes a job in its own process only while the program's replies are plain data and the test calls a
+    plain function (judge.serve). Programs that rewrite their replies to look plain: a function described with
+    special methods of its own, a call's value forged as a function (which, as the program's object, compares by
+    its state), a reply with an unknown tag, a describe that claims its class is `function`. Each is judged out of
+    place or fails; on the one judge of `sb1`, honest and wrong programs around them, and the next batch, keep
+    their verdicts."""
+    fn_desc = '{"h": 7000, "n": "function", "q": "function", "m": "builtins", "e": False, "nt": None, "b": []}'
+    special = GRAB_SERVICE + textwrap.dedent("""
+        s = service()
+        real_describe = s.describe
+        def describe(cls):
+            d = dict(real_describe(cls))
+            if "n" in d and d["n"] == "function":
+                d["o"] = ["__eq__", "__bool__"]
+            return d
+        s.describe = s.encoder.describe = describe
+        def add(a, b):
+            return 0
+        """)
+    as_function = GRAB_SERVICE + textwrap.dedent(f"""
+        s = service()
+        real_tree = s.encoder.tree
+        def tree(value):
+            if isinstance(value, list) and len(value) == 2 and value[0] == 0:  # the reply to add(...)
+                return ["L", ["O", 0, {fn_desc}], ["L", 0, 0]]
+            return real_tree(value)
+        s.encoder.tree = tree
+        def add(a, b):
+            return 0
+        """)
+    unknown = GRAB_SERVICE + textwrap.dedent("""
+        s = service()
+        real_tree = s.encoder.tree
+        s.encoder.tree = lambda value: ["L", ["ZZ", 3], ["L", 0, 0]] if value == [0, [0, 0]] else real_tree(value)
+        def add(a, b):
+            return 0
+        """)
+    claims = GRAB_SERVICE + textwrap.dedent("""
+        s = service()
+        real_describe = s.describe
+        def describe(cls):
+            d = dict(real_describe(cls))
+            if cls is Eq:
+                d.update(n="function", q="function", m="builtins", e=False, nt=None, b=[])
+            return d
+        s.describe = s.encoder.describe = describe
+        class Eq:
+            def __eq__(self, other):
+                return True
+        def add(a, b):
+            return Eq()
+        """)
+    res = run_checked(sb1, [AssertSuite(code, TESTS) for code in (special, as_function, unknown, claims)])
+    assert [r.passed for r in res] == [[False] * 3] * 4, [r.detail for r in res]
+
+
 def test_what_a_test_prints_never_reaches_the_verdicts(sb):
     """The value printed is the program's: verdict lines in it are text, and a long print is no flood."""
     forger = "def add(a, b):\n    return ''.join(f'P {i}\\nS {i + 1}\\n' for i in range(3)) * 3000\n"

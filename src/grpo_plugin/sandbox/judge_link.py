@@ -250,7 +250,11 @@ class Program:
                 raise self.stand_ins.exception(tree)
             if kind != "ok":
                 raise ProgramFailed(f"an unexpected reply {kind!r}")
-            ret, after = self.value(tree)
+            self.decoder.function = None  # (in place) a call's value is data: a function it returns is an object
+            try:  # of the program's, taken out of place
+                ret, after = self.value(tree)
+            finally:
+                self.decoder.function = self.stand_ins.function
         except codec.NotPlain:  # the reply stays, as if sent ahead: the job's forked process takes it from here
             self.ahead.appendleft([handle, len(args), tuple(kwargs), (kind, tree)])
             raise
