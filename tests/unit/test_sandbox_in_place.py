@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import os
 import socket
+import tempfile
 import textwrap
 
 import pytest
@@ -19,6 +20,7 @@ from grpo_plugin.sandbox import program as child
 from tests.unit import test_sandbox_corpus, test_sandbox_corpus_semantics
 
 LIMITS = {"value_bytes": 16 << 20, "job_bytes": 64 << 20}
+_SCRATCH = tempfile.TemporaryDirectory(prefix="grpo-in-place-")  # the programs' working directory
 
 
 def judge_lines(code: str, tests=None, calls=None, in_place: bool = True) -> tuple[list[str], int]:
@@ -43,6 +45,7 @@ def judge_lines(code: str, tests=None, calls=None, in_place: bool = True) -> tup
     if pid == 0:  # the program's process
         try:
             ours.close()
+            os.chdir(_SCRATCH.name)  # (programs write files where they run)
             devnull = os.open(os.devnull, os.O_RDWR)
             os.dup2(devnull, 0)
             os.dup2(devnull, 1)
