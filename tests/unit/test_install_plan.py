@@ -30,6 +30,7 @@ from tests.install_plan import (
     vllm_torch_pin,
 )
 
+pytestmark = pytest.mark.any_stack  # every stack's plan, whichever stack runs the tests
 MACHINES = ("cpu", "cuda")
 PLANS = [(s, m) for s in STACKS for m in MACHINES]
 FETCH_TIMEOUT_S = 60

@@ -2043,6 +2043,7 @@ def test_corpus_shape():
         assert e.wrong != e.code and e.tests, e.name
 
 
+@pytest.mark.any_stack
 def test_corpus_is_right_under_plain_python():
     check_plain_python(CORPUS)
 

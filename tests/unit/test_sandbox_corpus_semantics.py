@@ -1907,6 +1907,7 @@ def test_semantics_corpus_shape():
         assert e.fmt != "call" or e.fn, e.name
 
 
+@pytest.mark.any_stack
 def test_semantics_corpus_is_right_under_plain_python():
     base.check_plain_python(SEM)
 
