@@ -35,8 +35,8 @@ if [ "$MODE" = agent ]; then OUT=outputs/quickstart_rollout_func; CONFIG=configs
 if [ "$MODE" = atropos ]; then
   echo "[demo] python -m grpo_plugin.atropos.launch configs/quickstart_atropos.yaml  (logs: $OUT/atropos_logs/)"
   python -m grpo_plugin.atropos.launch configs/quickstart_atropos.yaml ${1:+--} "$@"
+  python -m grpo_plugin.metrics "$OUT"  # (the trainer printed it into its log)
 else
   echo "[demo] axolotl train $CONFIG  (server log: $OUT/vllm_server.log)"
-  axolotl train "$CONFIG" "$@"
+  axolotl train "$CONFIG" "$@"  # prints the run summary at its end
 fi
-python -m grpo_plugin.metrics "$OUT"

@@ -26,6 +26,7 @@ from grpo_plugin.metrics import (
     eval_record,
     listening_pid,
     optimizer_name,
+    report,
     rss_mb,
     server_summary,
     summarize,
@@ -150,6 +151,7 @@ class StepMetricsCallback(TrainerCallback):
         self._t0 = 0.0
         self._server_peak = 0.0
         self._unmanaged_pids: list[int] | None = None
+        self._ended = False
 
     def _server_pids(self) -> list[int]:
         """The server processes whose memory the summary reports: ours if managed, else the ports' listeners."""
@@ -181,8 +183,11 @@ class StepMetricsCallback(TrainerCallback):
             self.writer.write_eval(rec)
 
     def on_train_end(self, args, state, control, **kwargs):
-        if self.writer is None:
+        """The summary (grpo_summary.json, the curves) and its report on stdout: at the end of the run, or when it
+        is interrupted (GRPOPluginTrainer.train), once."""
+        if self.writer is None or self._ended:
             return
+        self._ended = True
         tolerance = self.session.tolerance if self.settings.verify_sync else None
         records = self.writer.records
         summary = summarize(
@@ -195,6 +200,7 @@ class StepMetricsCallback(TrainerCallback):
                    **atropos_summary(records, self.settings), **agent_summary(records)},
         )
         self.writer.finish(summary, title=f"grpo_plugin · {self.session.mode}")
+        print(report(self.writer.dir), flush=True)
 
 
 def agent_summary(records: list[dict]) -> dict:

@@ -80,10 +80,11 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self.grpo_generation = self.vllm_generation.rollout_handle()  # trl.rollout_func's (docs/agents.md)
         self._patched_sync_weights = True  # axolotl would rebind its sync_weights to its own (no-client) sync
         self.scoring = RowScoring(model.unwrap())
-        self.add_callback(StepMetricsCallback(
+        self.metrics_callback = StepMetricsCallback(
             self.recorder, self.sync, self.grpo, output_dir=self.args.output_dir,
             write=self.grpo.metrics and self.accelerator.is_main_process,
-            model=lambda: self.model, optimizer=lambda: self.optimizer))
+            model=lambda: self.model, optimizer=lambda: self.optimizer)
+        self.add_callback(self.metrics_callback)
         atexit.register(self.close)
 
     # ---- rollouts ------------------------------------------------------------------------------
@@ -184,6 +185,12 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         except (ServerUnrecoverable, ServerError, SyncError, SyncVerificationError, AtroposTimeout,
                 RolloutFuncError) as exc:
             exc.add_note(save_after_failure(self))
+            raise
+        except KeyboardInterrupt:  # Ctrl-C: the summary of the steps trained so far, as at the end
+            try:
+                self.metrics_callback.on_train_end(self.args, self.state, self.control)
+            except Exception as exc:  # noqa: BLE001 - the interrupt is what the user must see
+                print(f"[grpo_plugin] no run summary: {type(exc).__name__}: {exc}", flush=True)
             raise
         self.close()
         return output

@@ -118,6 +118,9 @@ def test_quickstart_managed_server_learns_and_verifies_every_sync(tmp_path, tiny
     assert summary["reward_mean_last_20pct"] > summary["reward_mean_first_20pct"] + 0.2, summary
     assert (out / "grpo_curves.png").stat().st_size > 1000
     assert "[grpo_plugin] starting vLLM" in log  # startup progress was shown
+    # the run summary, printed by `axolotl train` itself at the end (the README's "At the end:")
+    assert re.search(rf"grpo_plugin run summary .*\n  mode lora_sync · {steps} steps · \d+ syncs · all verified: True",
+                     log), log[-3000:]
     # vLLM importance-sampling correction is on (axolotl's default) and ran: the path that hits axolotl 0.19's
     # num_tiles TypeError / 7-of-8 unpack elsewhere works here.
     assert "sampling/importance_sampling_ratio/mean" in log and "grpo/sync_ms" in log
@@ -162,6 +165,11 @@ def test_ctrl_c_stops_the_managed_server(tmp_path, tiny_model_dir, tiny_data_fil
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does: the whole foreground group
         proc.wait(timeout=120)
         assert gone(pid, timeout=60), "Ctrl-C left the managed vLLM server running"
+        # the summary of the steps trained before the interrupt, printed and written as at the end of a run
+        log = log_file.read_text()
+        assert "grpo_plugin run summary" in log, log[-3000:]
+        summary = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+        assert summary["steps"] >= 2 and summary["all_syncs_verified"] is True, summary
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
