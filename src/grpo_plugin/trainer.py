@@ -186,7 +186,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
                 RolloutFuncError) as exc:
             exc.add_note(save_after_failure(self))
             raise
-        except KeyboardInterrupt:  # Ctrl-C: the summary of the steps trained so far, as at the end
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C (axolotl's SIGINT handler saves the model and exits):
+            # the summary of the steps trained so far, as at the end
             try:
                 self.metrics_callback.on_train_end(self.args, self.state, self.control)
             except Exception as exc:  # noqa: BLE001 - the interrupt is what the user must see
