@@ -6,16 +6,10 @@ with and without calls sent ahead (the lines the judge says compared); and in th
 
 from __future__ import annotations
 
-import os
-import socket
-import textwrap
-
 import pytest
 
 from grpo_plugin.sandbox import AssertSuite, CallSuite, Limits, Sandbox, forkserver_plan, judge, judge_link
-from grpo_plugin.sandbox import program as child
-
-LIMITS = {"value_bytes": 16 << 20, "job_bytes": 64 << 20}
+from tests.unit.judge_harness import COUNTER, job_lines, verdicts
 
 
 def judge_lines(code: str, tests: list[str] | None = None, calls=None, ahead: bool = True,
@@ -32,35 +26,7 @@ def judge_lines(code: str, tests: list[str] | None = None, calls=None, ahead: bo
 
     monkeypatch.setattr(judge_link.Program, "send_ahead", spy)
     monkeypatch.setattr(judge, "AHEAD_MOST", 256 if ahead else 0)
-    code = textwrap.dedent(code)
-    if calls is not None:
-        fn, cases = calls
-        job = {"mode": "calls", "fn": fn, "cases": [[list(a), e] for a, e in cases]}
-    else:
-        job = {"mode": "asserts", "compiled": [forkserver_plan.compile_test(t) for t in tests],
-               "imports": forkserver_plan.program_imports(code)}
-    n = len(job.get("cases") or job.get("compiled"))
-    ours, theirs = socket.socketpair()
-    pid = os.fork()
-    if pid == 0:  # the program's process
-        try:
-            ours.close()
-            child.run_program(compile(code, "solution.py", "exec"), theirs.fileno(), LIMITS["value_bytes"])
-        finally:
-            os._exit(0)
-    theirs.close()
-    r, w = os.pipe()
-    try:
-        judge.run_judge(job, 0, n, ours.fileno(), w, LIMITS)
-    finally:
-        ours.close()
-        os.close(w)
-        os.waitpid(pid, 0)
-    out = b""
-    while chunk := os.read(r, 1 << 16):
-        out += chunk
-    os.close(r)
-    return out.decode().splitlines(), sent
+    return job_lines(code, tests, calls), sent
 
 
 def same_either_way(monkeypatch, code, tests=None, calls=None) -> tuple[list[str], list[int]]:
@@ -70,18 +36,6 @@ def same_either_way(monkeypatch, code, tests=None, calls=None) -> tuple[list[str
     assert none == []
     return lines, sent
 
-
-def verdicts(lines: list[str]) -> list[bool]:
-    return [line.startswith("P ") for line in lines if line[:2] in ("P ", "F ")]
-
-
-COUNTER = """
-n = 0
-def f(x=0):
-    global n
-    n += 1
-    return n + x
-"""
 
 # a call returns the one object the program keeps; the test asks it nothing the program decides
 BOX = """

@@ -7,83 +7,28 @@ plain processes here; `leave` stays in this process (the fork is the sandbox's: 
 
 from __future__ import annotations
 
-import copy
-import os
-import socket
-import tempfile
-import textwrap
-
 import pytest
 
-from grpo_plugin.sandbox import codec, forkserver_plan, judge, judge_stand_ins
-from grpo_plugin.sandbox import program as child
+from grpo_plugin.sandbox import codec, judge, judge_stand_ins
 from tests.unit import test_sandbox_corpus, test_sandbox_corpus_semantics
-
-LIMITS = {"value_bytes": 16 << 20, "job_bytes": 64 << 20}
-_SCRATCH = tempfile.TemporaryDirectory(prefix="grpo-in-place-")  # the programs' working directory
+from tests.unit.judge_harness import COUNTER, job_lines, verdicts
 
 
 def judge_lines(code: str, tests=None, calls=None, in_place: bool = True) -> tuple[list[str], int]:
     """The lines the judge says for one job, and how many times it left its place (0 or 1)."""
-    code = textwrap.dedent(code)
-    if calls is not None:
-        fn, cases = calls
-        job = {"mode": "calls", "fn": fn, "cases": copy.deepcopy([[list(a) if isinstance(a, (list, tuple)) else a, e]
-                                                                  for a, e in cases])}  # (a call may change them)
-    else:
-        job = {"mode": "asserts", "compiled": [forkserver_plan.compile_test(t) for t in tests],
-               "imports": forkserver_plan.program_imports(code)}
-    n = len(job.get("cases") or job.get("compiled"))
     left: list[int] = []
 
     def leave() -> bool:  # the rest of the job in this same process
         left.append(1)
         return True
 
-    ours, theirs = socket.socketpair()
-    pid = os.fork()
-    if pid == 0:  # the program's process
-        try:
-            ours.close()
-            os.chdir(_SCRATCH.name)  # (programs write files where they run)
-            devnull = os.open(os.devnull, os.O_RDWR)
-            os.dup2(devnull, 0)
-            os.dup2(devnull, 1)
-            child.run_program(compile(code, "solution.py", "exec"), theirs.fileno(), LIMITS["value_bytes"])
-        finally:
-            os._exit(0)
-    theirs.close()
-    r, w = os.pipe()
-    try:
-        judge.run_judge(job, 0, n, ours.fileno(), w, LIMITS, leave if in_place else None)
-    finally:
-        ours.close()
-        os.close(w)
-        os.waitpid(pid, 0)
-    out = b""
-    while chunk := os.read(r, 1 << 16):
-        out += chunk
-    os.close(r)
-    return out.decode().splitlines(), len(left)
+    return job_lines(code, tests, calls, leave if in_place else None), len(left)
 
 
 def same_either_place(code: str, tests=None, calls=None) -> tuple[list[str], int]:
     lines, left = judge_lines(code, tests, calls, in_place=True)
     assert lines == judge_lines(code, tests, calls, in_place=False)[0]
     return lines, left
-
-
-def verdicts(lines: list[str]) -> list[bool]:
-    return [line.startswith("P ") for line in lines if line[:2] in ("P ", "F ")]
-
-
-COUNTER = """
-n = 0
-def f(x=0):
-    global n
-    n += 1
-    return n + x
-"""
 
 
 def test_plain_values_and_literal_checks_stay_in_place():

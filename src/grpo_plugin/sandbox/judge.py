@@ -331,18 +331,7 @@ def serve(ctrl, verdict_fd: int, limits: dict) -> None:
         if message is None or len(message[1]) != 1:
             os._exit(0)
         payload, fds = message
-        forked: list[int] = []  # (in this process) the job's forked process
-        in_fork: list[bool] = []  # (in that process) it is the one
-
-        def leave() -> bool:
-            pid = fork()
-            if pid == 0:
-                ctrl.close()
-                in_fork.append(True)
-                return True
-            forked.append(pid)
-            return False
-
+        leave = _Leave(fork, ctrl)
         again = done = False
         try:
             job_text, start, end, tests, imports = marshal.loads(payload)
@@ -351,11 +340,11 @@ def serve(ctrl, verdict_fd: int, limits: dict) -> None:
             again = run_judge(job, start, end, fds[0], verdict_fd, limits, leave)
             done = True
         finally:
-            if in_fork:  # the job's process ends with its job
+            if leave.forked:  # the job's process ends with its job
                 os._exit(0 if done else 1)
         os.close(fds[0])
-        if forked:
-            status = os.waitpid(forked[0], 0)[1]
+        if leave.pid is not None:
+            status = os.waitpid(leave.pid, 0)[1]
             if status != 0:  # it died before its last line: the job ends here, said so (never a pass)
                 _say(verdict_fd, f"X judge ended with wait status {status}")
                 _say(verdict_fd, "Z")
@@ -364,6 +353,25 @@ def serve(ctrl, verdict_fd: int, limits: dict) -> None:
         elif gc.get_count()[0] > 2000:  # what jobs left in place (stand-ins' classes hold cycles): this
             gc.collect()  # process runs no collector of its own
         _reap()  # what a test forked and left (this process is PID 1 of its namespace: orphans come here)
+
+
+class _Leave:
+    """A job's way out of the judge's process (Judge.leave): a fork, once. `pid`: the job's process (in the
+    judge); `forked`: this is that process."""
+
+    def __init__(self, fork, ctrl):
+        self.fork, self.ctrl = fork, ctrl
+        self.pid: int | None = None
+        self.forked = False
+
+    def __call__(self) -> bool:
+        pid = self.fork()
+        if pid == 0:
+            self.ctrl.close()
+            self.forked = True
+            return True
+        self.pid = pid
+        return False
 
 
 def _reap() -> None:

@@ -214,18 +214,21 @@ class Program:
                 self.drain_ahead()
             self.send(("get", name))
             got = self.read()[:2]
-        kind, payload = got
         try:
-            if kind == "err":
-                if self.decoder.plain_only:
-                    raise codec.NotPlain("an exception")
-                raise self.stand_ins.exception(payload)
-            if kind != "ok":
-                raise ProgramFailed(f"an unexpected reply {kind!r}")
-            return self.value(payload)
+            return self.value(self.answered(*got))
         except codec.NotPlain:  # read, not taken: out of place, the same question takes this answer
             self.stashed[name] = got
             raise
+
+    def answered(self, kind: str, payload):
+        """A reply's payload, or the exception the program raised, raised here (in place: NotPlain)."""
+        if kind == "err":
+            if self.decoder.plain_only:
+                raise codec.NotPlain("an exception")
+            raise self.stand_ins.exception(payload)
+        if kind != "ok":
+            raise ProgramFailed(f"an unexpected reply {kind!r}")
+        return payload
 
     def call(self, handle: int, args: tuple, kwargs: dict):
         if self.ahead:
@@ -244,12 +247,7 @@ class Program:
             self.send(("call", handle, self.encoder.tree(list(args)), self.encoder.tree(dict(kwargs))))
             kind, tree, _ = self.read()
         try:
-            if kind == "err":
-                if self.decoder.plain_only:
-                    raise codec.NotPlain("an exception")
-                raise self.stand_ins.exception(tree)
-            if kind != "ok":
-                raise ProgramFailed(f"an unexpected reply {kind!r}")
+            self.answered(kind, tree)
             self.decoder.function = None  # (in place) a call's value is data: a function it returns is an object
             try:  # of the program's, taken out of place
                 ret, after = self.value(tree)
