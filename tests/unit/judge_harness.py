@@ -65,3 +65,30 @@ def job_lines(code: str, tests=None, calls=None, leave=None) -> list[str]:
 
 def verdicts(lines: list[str]) -> list[bool]:
     return [line.startswith("P ") for line in lines if line[:2] in ("P ", "F ")]
+
+
+def compare_places(jobs: list[dict]) -> dict:
+    """Each job (`code` with `tests` or `calls`) judged in place and wholly out of place: how many, how many left
+    their place, and the jobs whose lines differ."""
+    moved, differ = 0, []
+    for job in jobs:
+        left: list[int] = []
+
+        def leave(left=left) -> bool:  # the rest of the job in this same process
+            left.append(1)
+            return True
+
+        calls = tuple(job["calls"]) if job.get("calls") else None
+        in_place = job_lines(job["code"], job.get("tests"), calls, leave)
+        out_of_place = job_lines(job["code"], job.get("tests"), calls)
+        moved += len(left)
+        if in_place != out_of_place:
+            differ.append({"name": job["name"], "in_place": in_place, "out_of_place": out_of_place})
+    return {"jobs": len(jobs), "moved": moved, "differ": differ}
+
+
+if __name__ == "__main__":  # compare_places in a process of its own: JSON jobs on stdin, the result on stdout
+    import json
+    import sys
+
+    json.dump(compare_places(json.load(sys.stdin)), sys.stdout)
