@@ -293,7 +293,7 @@ class Decoder:
                 out.extend(self._v(e, made, d) for e in rest[1:])
                 return out
             if tag == "ar":
-                import array
+                import array  # (here, not at the top: nothing a template carries, docs/benchmarks.md)
 
                 if rest[0] not in array.typecodes:
                     raise ValueError("an array with an unknown type code")
@@ -331,11 +331,11 @@ class Decoder:
         if tag == "R":
             return range(*(self._int(self._v(e, made, d)) for e in rest))
         if tag == "Fr":
-            from fractions import Fraction
+            from fractions import Fraction  # (only where a program returned one: not in the template)
 
             return Fraction(self._int(self._v(rest[0], made, d)), self._int(self._v(rest[1], made, d)))
         if tag == "De":
-            import decimal
+            import decimal  # (only where a program returned one: not in the template)
 
             if len(rest) == 3:  # the program's own context: the test's arithmetic on it runs under it, as there
                 ctx = decimal.getcontext()
@@ -403,7 +403,7 @@ class Decoder:
     def _numpy(self, tag: str, rest: list, made: list, d: int):
         """A numpy scalar or array of numbers, built here with numpy (where it is installed)."""
         try:
-            import numpy as np
+            import numpy as np  # optional: where it is installed
         except ImportError:
             raise ValueError("a numpy value where numpy is not installed") from None
         dt = np.dtype(str(rest[0]))

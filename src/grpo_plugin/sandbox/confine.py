@@ -23,6 +23,7 @@ import os
 import resource
 import stat
 import struct
+import sys
 
 try:
     from . import libc
@@ -255,8 +256,6 @@ def devices_read_only() -> list[str]:
 def can_fork_bare() -> bool:
     """Whether this process may fork with libc's fork() alone (fork_in_new_pid_namespace(bare=True)): a single
     thread, and nothing loaded that registers work for the child (AT_FORK_MODULES)."""
-    import sys
-
     try:
         threads = len(os.listdir("/proc/self/task"))
     except OSError:  # no /proc to tell: os.fork, which needs none of this

@@ -26,7 +26,7 @@ def late_import(name: str):
     in a judge process before it is confined; the test planner in the server), never in a template: no program's
     process carries it (its page tables would be copied by every fork)."""
     if __package__:
-        import importlib
+        import importlib  # (imported as a package: the tests; in the jail the modules are top-level)
 
         return importlib.import_module(f"{__package__}.{name}")
     mod = sys.modules.get(name)

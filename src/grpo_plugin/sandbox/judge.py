@@ -21,6 +21,7 @@ cost too much to judge fails, and the job's other tests run in a fresh pair of p
 from __future__ import annotations
 
 import builtins
+import gc
 import json
 import marshal
 import os
@@ -321,8 +322,6 @@ def serve(ctrl, verdict_fd: int, limits: dict) -> None:
     the rest of the job (a copy of this one that dies with it) and this one waits for it: whatever that process
     runs or is fooled into doing (a test that patches the judge, a value that fooled it) never reaches another
     job. After a job that ran out of memory here, this process ends and the slot gets a new judge."""
-    import gc
-
     gc.freeze()  # a job's collections never write the headers of what it shares with this process
     # one thread and nothing that registers at-fork work: libc's fork, without os.fork's bookkeeping
     fork = confine.fork_bare if confine.can_fork_bare() else os.fork

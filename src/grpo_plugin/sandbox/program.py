@@ -15,6 +15,7 @@ import atexit
 import builtins
 import collections
 import copy
+import gc
 import json
 import os
 import sys
@@ -32,7 +33,7 @@ DIRECTORY_MOST = 64
 def _install_exit() -> None:
     """`exit()` / `quit()` as the interpreter's `site` defines them (the fork server runs without `site`)."""
     try:
-        import _sitebuiltins
+        import _sitebuiltins  # (the C-free half of site: what the interpreter's site module would load)
 
         builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
         builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
@@ -388,7 +389,7 @@ def warm_typing() -> int:
     cache, so a program's `def f(xs: List[int])` finds its alias there instead of running typing's Python code to
     build it (~0.1 ms and the pages that code writes, in every program's process that annotates). Returns how many
     it built."""
-    import typing
+    import typing  # (in the fork server before the templates fork, never in a template's own imports)
 
     # typing's own objects by name: they are what programs subscript (the lint would have them rewritten)
     t = {name: getattr(typing, name) for name in ("List", "Dict", "Tuple", "Set", "Optional", "Union", "Sequence",
@@ -414,7 +415,7 @@ def warm_up(scratch: str) -> list[str]:
     where each first run writes into code and caches on pages shared with the template (a copy-on-write fault per
     page, ~1 us each, and the specialising itself). Everything it changed in this process is put back. Returns the
     kinds of the replies ("ok", or "err" for the one request that asks for a missing name)."""
-    import _socket
+    import _socket  # (the warm-up's, in the fork server: the C half only, as everywhere in the sandbox)
 
     saved = (os.getcwd(), dict(os.environ))
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -475,8 +476,6 @@ def run_stdio(code, start: int, end: int, nonce: str, inputs: list[int]) -> None
     `NUL nonce T|F i ...` on stdout so the fork server splits the output per test. What this reports is the
     program's own behaviour (the output is compared in the trainer): a program could forge a normal end only for
     itself, as it could by catching its own exceptions."""
-    import gc
-
     write, exit_, dup2, close, gc_collect = os.write, os._exit, os.dup2, os.close, gc.collect
     std_out, std_err = sys.stdout, sys.stderr
     enc, errs = sys.stdin.encoding if sys.stdin else "utf-8", "strict"

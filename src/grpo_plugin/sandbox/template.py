@@ -9,6 +9,7 @@ from __future__ import annotations
 import _signal as signal  # the C half: the Python half builds enums every fork would carry
 import _socket  # the C half of `socket`: the Python half (its enums, `selectors`) is ~0.25 MB every fork copies
 import collections
+import gc
 import os
 import select
 import struct
@@ -33,8 +34,6 @@ def _immortalize() -> int:
     These objects live as long as the template anyway. Returns how many (0 on Python 3.11)."""
     if sys.version_info < (3, 12) or sys.maxsize < 2 ** 32:
         return 0
-    import gc
-
     immortal = 0xFFFFFFFF  # _Py_IMMORTAL_REFCNT on a 64-bit build
     set_refcnt = libc.c_long.from_address  # the reference count: a Py_ssize_t at the object's address
     getrefcount, get_referents, made = sys.getrefcount, gc.get_referents, 0
@@ -153,8 +152,6 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
     os.dup2(null, 0)  # not the server's pipes to the trainer: the trainer must see them close when the server ends
     os.dup2(null, 1)
     os.close(null)
-    import gc
-
     gc.disable()
     pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     recv, send, close, waitall = sock.recv, sock.send, os.close, _socket.MSG_WAITALL
