@@ -10,8 +10,9 @@ A module per process that runs it, prefixed with that process's name where the p
 - a forked process, first: forked.py (its confinement, then its role);
 - a program's process: program.py (the program as plain CPython, then the calls a judge makes into it; or the
   stdin/stdout runs);
-- a judge, a process per job: judge.py (runs the tests, says the verdicts), judge_link.py (its connection to the
-  program's process), judge_stand_ins.py (stand-ins for the program's objects);
+- a judge, a process per slot (a job's plain part in place, the rest in a process forked for it): judge.py (runs
+  the tests, says the verdicts), judge_link.py (its connection to the program's process), judge_stand_ins.py
+  (stand-ins for the program's objects);
 - shared: wire.py (one message framing for every boundary), codec.py (values between a program and its judge),
   libc.py, hugetext.py.
 

@@ -1,7 +1,8 @@
 """The slots' judge processes, in the fork server (standard library only: it runs inside the jail). A slot's judge
-is started when the slot first needs one, serves that slot's jobs one at a time (forking a process for each,
-judge.py), and is replaced after 1000 jobs or when one of its jobs over-ran (killed with its PID namespace: the
-job's process with it). Its verdict lines are parsed as untrusted, by the run they are for."""
+is started when the slot first needs one, serves that slot's jobs one at a time (a job's plain part in its own
+process, the rest in a process forked for it: judge.py), and is replaced after 1000 jobs or when one of its jobs
+over-ran (killed with its PID namespace: the job's process with it). Its verdict lines are parsed as untrusted, by
+the run they are for."""
 
 from __future__ import annotations
 
