@@ -44,6 +44,7 @@ from grpo_plugin.producers.prefetch import PrefetchingProducer
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, record_of
 from grpo_plugin.producers.spec import GenerationSpec, pad_token_id
 from grpo_plugin.recorder import StepMetricsCallback, StepRecorder
+from grpo_plugin.reward_log import RewardLog, weighted_rewards
 from grpo_plugin.scoring import RowScoring
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.server.connect import connect, server_urls, wait_for_servers
@@ -59,6 +60,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         training_args = kwargs["args"]
         client = connect(server_urls(training_args, self.grpo), timeout=self.grpo.request_timeout)  # 1+ servers
         self.recorder = StepRecorder()
+        self.reward_log = RewardLog()
         self.sync = SyncSession(self.grpo, client, world_size=training_args.world_size,
                                 overlapped=bool(training_args.async_prefetch) or self.grpo.atropos is not None,
                                 step=lambda: self.state.global_step, on_result=self.recorder.synced)
@@ -119,6 +121,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self.recorder.took(record_of(rollout), self.sync.synced_version)  # taken for training now (main thread)
         with self.scoring.rows_of(rollout):
             scored = super()._compute_deferred_scores(rollout)
+        self.reward_log.correct(self._metrics)
         if "tool_mask" in scored:  # a multi-turn rollout: lengths and token count over the model's tokens (TRL's)
             model_tokens.recount(self._metrics["train"], self.state, scored, self.accelerator.gather,
                                  [self.eos_token_id, self.pad_token_id])
@@ -129,6 +132,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
                              *args, **kwargs):
         super()._post_advantage_hook(data, rewards_per_func, advantages, inputs, num_generations, mode,
                                      *args, **kwargs)
+        # the logged reward as TRL means it (axolotl's ignores the weights)
+        self.reward_log.scored(mode, weighted_rewards(rewards_per_func, self.reward_weights))
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
         # Atropos: the producer's advantages replace axolotl's (less off-policy groups); padding rows have no score
         record = record_of(data)

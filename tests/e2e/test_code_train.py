@@ -57,3 +57,8 @@ def test_code_rewards_train_through_axolotl(tmp_path, tiny_model_dir, tiny_data_
     assert probe == [1.0] * steps, probe
     contest_share = [float(v) for v in re.findall(r"'rewards/contest_tests_arrived/mean': '?([0-9.e-]+)", log)]
     assert len(contest_share) == steps and sum(contest_share) > 0, contest_share  # contest rows were scored
+    # the logged reward is TRL's: the functions weighted by reward_weights (the two probes, 1.0 and > 0 above, weigh
+    # 0), the same figure as the metrics file's and the summary's (axolotl alone logs the unweighted sum)
+    logged = [float(v) for v in re.findall(r"'reward': '?([0-9.e-]+)", log)]
+    assert len(logged) == steps and all(abs(a - r["reward_mean"]) <= 1e-3 * max(1.0, abs(a))
+                                        for a, r in zip(logged, recs)), (logged, [r["reward_mean"] for r in recs])
