@@ -40,12 +40,16 @@ class Program:
 
     # -- requests
     def request(self, *req):
+        return self.answered(*self.exchange(*req))
+
+    def exchange(self, *req) -> tuple:
+        """Send `req`, read its reply: (kind, payload)."""
         if self.ahead:  # replies to calls sent ahead come first on the connection: read them before asking more
             self.drain_ahead()
         if req[0] != "get":
             self.asked = True
         self.send(req)
-        return self.reply()
+        return self.read()[:2]
 
     def send(self, req, text: str | None = None) -> None:
         """Request `req` (or one already encoded as JSON `text`)."""
@@ -89,14 +93,6 @@ class Program:
                 if not more:
                     break
         self.ahead = read
-
-    def reply(self):
-        kind, payload, _ = self.read()
-        if kind == "ok":
-            return payload
-        if kind == "err":
-            raise self.stand_ins.exception(payload)
-        raise ProgramFailed(f"an unexpected reply {kind!r}")
 
     def read(self) -> tuple:
         """The next reply: (kind, payload, whether the program goes on running calls sent ahead). Callbacks the
@@ -208,12 +204,7 @@ class Program:
                 del self.deferred[name]
             if name in self.directory:
                 return self.directory[name]
-        got = self.stashed.pop(name, None)
-        if got is None:
-            if self.ahead:
-                self.drain_ahead()
-            self.send(("get", name))
-            got = self.read()[:2]
+        got = self.stashed.pop(name, None) or self.exchange("get", name)
         try:
             return self.value(self.answered(*got))
         except codec.NotPlain:  # read, not taken: out of place, the same question takes this answer
@@ -243,9 +234,7 @@ class Program:
             else:
                 kind, tree = got
         else:
-            self.asked = True
-            self.send(("call", handle, self.encoder.tree(list(args)), self.encoder.tree(dict(kwargs))))
-            kind, tree, _ = self.read()
+            kind, tree = self.exchange("call", handle, self.encoder.tree(list(args)), self.encoder.tree(dict(kwargs)))
         try:
             self.answered(kind, tree)
             self.decoder.function = None  # (in place) a call's value is data: a function it returns is an object
