@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import sys
 
@@ -114,8 +115,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _module(args):
-    import importlib
-
     name = args.cmd if args.cmd != "sync" else ("restart" if args.mode == "restart" else "lora")
     if args.cmd in ("ipc", "zero3") and args.cuda:
         name = f"{args.cmd}_cuda"

@@ -27,6 +27,9 @@ import time
 from types import SimpleNamespace
 
 from grpo_plugin.bench.common import free_port, scratch, stack, stack_line
+from grpo_plugin.producers.agent_output import check_output
+from grpo_plugin.server.process import ServerSpec, launch
+from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 REPLY = 8  # the environment's reply, tokens
 
@@ -40,7 +43,7 @@ def _prompts(tok, n: int, length: int) -> list[list[int]]:
 
 
 def _single(client, model: str, prompts, group: int, tokens: int, pad: int):
-    from grpo_plugin.producers.completion_tensors import rollout_tensors
+    from grpo_plugin.producers.completion_tensors import rollout_tensors  # heavy (torch, trl)
 
     fixed = {"max_tokens": tokens, "temperature": 1.0, "extra": {"min_tokens": tokens, "ignore_eos": True}}
     groups = client.generate(prompts, model=model, n=group, **fixed)
@@ -51,8 +54,7 @@ def _single(client, model: str, prompts, group: int, tokens: int, pad: int):
 
 
 def _two_turns(client, model: str, prompts, group: int, tokens: int, pad: int):
-    from grpo_plugin.producers.agent import AgentGeneration, AgentRolloutProducer
-    from grpo_plugin.producers.agent_output import check_output
+    from grpo_plugin.producers.agent import AgentGeneration, AgentRolloutProducer  # heavy (axolotl, vLLM)
 
     fixed = {"max_tokens": tokens, "temperature": 1.0, "extra": {"min_tokens": tokens, "ignore_eos": True}}
     gen = AgentGeneration(client, fixed, lease=SimpleNamespace(model=model, version=0))
@@ -72,10 +74,7 @@ def _two_turns(client, model: str, prompts, group: int, tokens: int, pad: int):
 
 def run(size: str, prompts: int, group: int, turn_tokens: int, rounds: int, prompt_tokens: int = 0,
         block_size: int | None = None) -> dict:
-    from transformers import AutoTokenizer
-
-    from grpo_plugin.server.process import ServerSpec, launch
-    from grpo_plugin.tiny import MODEL_SIZES, build_model
+    from transformers import AutoTokenizer  # heavy: loaded only when this benchmark runs
 
     with scratch("grpo-bench-agent-") as tmp:
         model_dir = build_model(tmp / f"model-{size}", **MODEL_SIZES[size])

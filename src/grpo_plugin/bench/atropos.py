@@ -52,7 +52,7 @@ def synthetic_batch(groups: int, size: int, prompt: int, completion: int, seed: 
 
 def recorded_batches(spool: Path) -> list[list[dict]]:
     """The batches a real run left in its spool (pending/ and consumed/): the run-api's reply bytes as received."""
-    from grpo_plugin.atropos.api import parse_batch
+    from grpo_plugin.atropos.api import parse_batch  # optional (orjson: the atropos extra)
 
     found = []
     for path in sorted(Path(spool).rglob("*.batch")):
@@ -74,6 +74,7 @@ def _time(fn, repeats: int, setup=None) -> list[float]:
 
 
 def bench_one(batch: list[dict], repeats: int) -> dict:
+    # optional (the atropos extra: atroposlib, numba, orjson)
     from example_trainer.data import pad_data_to_good_offset
 
     from grpo_plugin.atropos.api import parse_batch

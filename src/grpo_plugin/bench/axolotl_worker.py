@@ -21,7 +21,7 @@ except ImportError:
 
 class BenchWorkerExtension(GRPOWorkerExtension, BatchWeightSyncWorkerExtension):
     def bench_axolotl_http_update(self, params: list[dict]) -> dict:
-        from axolotl.utils.weight_serde import decode_from_http, encode_for_ipc
+        from axolotl.utils.weight_serde import decode_from_http, encode_for_ipc  # optional: axolotl <= 0.19
 
         entries = [encode_for_ipc(*decode_from_http(p)) for p in params]
         try:

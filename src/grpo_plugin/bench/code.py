@@ -31,7 +31,11 @@ program once), median over `--rounds` rounds.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -40,6 +44,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from grpo_plugin.bench.common import stack, stack_line
+from grpo_plugin.codedata.extract import extract_code
+from grpo_plugin.codedata.humaneval import rows
+from grpo_plugin.sandbox import AssertSuite, Sandbox, StdioSuite
 
 _MARK = "__grpo_bench_verdicts__ "
 _TIMEOUT_S = 10  # per interpreter (a completion's whole run in the per-completion baseline, one test otherwise)
@@ -49,9 +56,6 @@ _TIMEOUT_S = 10  # per interpreter (a completion's whole run in the per-completi
 def _batch(problems: int, group: int) -> list[tuple[str, list[str]]]:
     """The batch as sampled: per problem, `group` completions alternating the canonical solution and a broken one
     (half of them repeat another one)."""
-    from grpo_plugin.codedata.extract import extract_code
-    from grpo_plugin.codedata.humaneval import rows
-
     batch = []
     for p in rows()[:problems]:
         code = extract_code(p["response"])
@@ -72,8 +76,6 @@ _STDIO_OPS = ("sum(a)", "max(a)", "min(a)", "len(a)", "sum(x * x for x in a)", "
 
 
 def _stdio_batch(problems: int, group: int) -> list[tuple[str, list[tuple[str, str]]]]:
-    import random
-
     rng = random.Random(0)
     batch = []
     for p in range(problems):
@@ -212,8 +214,6 @@ def _results(results) -> list[list[bool]]:
 
 # ---- the benchmark ----------------------------------------------------------------------------------------------
 def run(problems: int = 16, group: int = 8, rounds: int = 5) -> dict:
-    from grpo_plugin.sandbox import AssertSuite, Sandbox
-
     t_start = time.perf_counter()
     rounds = max(1, rounds)
     per_test_rounds = min(3, rounds)
@@ -264,8 +264,6 @@ def run(problems: int = 16, group: int = 8, rounds: int = 5) -> dict:
 
 
 def _run_stdio(problems: int, group: int, cores: int, rounds: int) -> dict:
-    from grpo_plugin.sandbox import Sandbox, StdioSuite
-
     batch = _distinct(_stdio_batch(problems, group))
     suites = [StdioSuite(code, cases) for code, cases in batch]
     with Sandbox() as sb:
@@ -312,10 +310,6 @@ def report(res: dict) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m grpo_plugin.bench.code`: the same benchmark with `--rounds` settable."""
-    import argparse
-    import contextlib
-    import json
-
     ap = argparse.ArgumentParser(prog="python -m grpo_plugin.bench.code", description=__doc__.splitlines()[0])
     ap.add_argument("--problems", type=int, default=16, help="HumanEval problems in the batch")
     ap.add_argument("--group", type=int, default=8, help="completions per problem")

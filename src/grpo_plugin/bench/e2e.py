@@ -33,6 +33,9 @@ from pathlib import Path
 import yaml
 
 from grpo_plugin.bench.common import free_port, scratch, stack, stack_line
+from grpo_plugin.server.client import VLLMServerClient
+from grpo_plugin.server.process import VLLMServerProcess, spec_from_cfg
+from grpo_plugin.tiny import MODEL_SIZES, build_digit_task, build_model
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = {"lora_sync": "quickstart_lora_sync.yaml", "restart": "quickstart_restart.yaml",
@@ -114,9 +117,6 @@ def _train(cfg: dict, cores: set[int], threads: int, log: Path) -> dict:
 @contextlib.contextmanager
 def _pinned_server(cfg: dict, log: Path, timeout: float = 900.0):
     """A vLLM server for `cfg`, its process tree on SERVER_CORE (inherited from this thread's affinity at start)."""
-    from grpo_plugin.server.client import VLLMServerClient
-    from grpo_plugin.server.process import VLLMServerProcess, spec_from_cfg
-
     server = VLLMServerProcess(spec_from_cfg(cfg), log_path=log)
     saved_affinity, saved_bind = os.sched_getaffinity(0), os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(SERVER_CORE)
@@ -138,8 +138,6 @@ def _pinned_server(cfg: dict, log: Path, timeout: float = 900.0):
 
 def run(size: str = "100m", steps: int = 20, modes: list[str] | None = None, completion_len: int = 32,
         prompts: int = 2, seed: int | None = None, stock: bool = True) -> dict:
-    from grpo_plugin.tiny import MODEL_SIZES, build_digit_task, build_model
-
     if len(os.sched_getaffinity(0)) < 2 or not {SERVER_CORE, TRAINER_CORE} <= os.sched_getaffinity(0):
         raise RuntimeError(f"the e2e benchmark pins the server to core {SERVER_CORE} and the trainer to core "
                            f"{TRAINER_CORE}; this process may use cores {sorted(os.sched_getaffinity(0))}")

@@ -32,21 +32,21 @@ from grpo_plugin.bench.common import (
     probe_token_ids,
     scratch,
 )
+from grpo_plugin.server.process import ServerSpec, launch
+from grpo_plugin.sync.base import ModelHandle
+from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 ns = SimpleNamespace
 
 
 def _server(model_dir: str, tmp: Path, name: str, **spec):
-    from grpo_plugin.server.process import ServerSpec, launch
-
     spec = ServerSpec(model=model_dir, port=free_port(), dtype="float32", max_model_len=512,
                       **{"enable_lora": False, "enforce_eager": True, **spec})
     return launch(spec, tmp / f"vllm-{name}.log", timeout=900, client_timeout=600)
 
 
 def pause_push(sync, model, client, model_dir: str, repeats: int, only: str = "") -> dict:
-    from grpo_plugin.sync import ProbeVerifier
-    from grpo_plugin.sync.base import ModelHandle
+    from grpo_plugin.sync import ProbeVerifier  # heavy (torch): loaded only when this benchmark runs
 
     sync.prepare(ModelHandle.of(model))
     verifier = ProbeVerifier(client, probe_token_ids(model_dir), tolerance=1e-4, mode=sync.mode)
@@ -65,11 +65,11 @@ def pause_push(sync, model, client, model_dir: str, repeats: int, only: str = ""
 
 
 def run(sizes: list[str], repeats: int, compiled: bool = True) -> dict:
+    # heavy (torch, transformers, peft): loaded only when this benchmark runs
     from peft import LoraConfig, get_peft_model
 
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.sync.restart import RestartSync
-    from grpo_plugin.tiny import MODEL_SIZES, build_model
 
     out: dict = {"benchmark": "ipc", "repeats": repeats, "models": {}}
     with scratch("grpo_bench_ipc-") as tmp:

@@ -37,7 +37,7 @@ SHAPES = {
 
 
 def _config(shape: str):
-    from transformers import Qwen2Config
+    from transformers import Qwen2Config  # heavy: loaded only when this benchmark runs
 
     if shape not in SHAPES:
         raise SystemExit(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
@@ -46,7 +46,7 @@ def _config(shape: str):
 
 
 def _wait(event_handle) -> None:
-    import torch
+    import torch  # heavy: loaded only when this benchmark runs
 
     event = torch.cuda.Event.from_ipc_handle(torch.cuda.current_device(), event_handle)
     torch.cuda.current_stream().wait_event(event)
@@ -55,6 +55,7 @@ def _wait(event_handle) -> None:
 def server(shape: str, seed: int, conn) -> None:
     """The torch-only server (a spawned process): export, then answer ("logits", ids, event) / ("fence", event)
     until ("stop",). Keeps the model alive: its memory is what the trainer trains."""
+    # heavy (torch, transformers): loaded only when this benchmark runs
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -86,7 +87,7 @@ def server(shape: str, seed: int, conn) -> None:
 
 
 def _fence(conn) -> float:
-    import torch
+    import torch  # heavy: loaded only when this benchmark runs
 
     t0 = time.perf_counter()
     event = torch.cuda.Event(interprocess=True)
@@ -97,6 +98,7 @@ def _fence(conn) -> float:
 
 
 def run(shape: str = "1.5b", steps: int = 3, seed: int = 0) -> dict:
+    # heavy (torch, transformers): loaded only when this benchmark runs
     import torch
     import torch.multiprocessing as mp
     from transformers import AutoModelForCausalLM

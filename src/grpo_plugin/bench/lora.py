@@ -28,12 +28,17 @@ from grpo_plugin.bench.common import (
     stack,
     stack_line,
 )
+from grpo_plugin.server.process import ServerSpec, launch
+from grpo_plugin.serverconfig import lora_rank_for_vllm
+from grpo_plugin.sync.base import ModelHandle
+from grpo_plugin.tiny import build_model
 
 
 def _axolotl_sync_fn(model, base_url: str, adapter_name: str):
     """axolotl's own LoRA sync (`AsyncGRPOTrainer._sync_lora_adapter`, unmodified), bound to the minimum trainer
     state it reads. `sync.served()` is the adapter name its generation requests use after the last sync: axolotl
     >= 0.21 loads every version under a new name (its vLLM client's `model`), 0.19 reloaded one name in place."""
+    # heavy (axolotl, trl, accelerate): loaded only when this benchmark runs
     from accelerate import Accelerator
     from axolotl.core.trainers.grpo.async_trainer import AsyncGRPOTrainer
     from trl.generation.vllm_client import VLLMClient
@@ -61,16 +66,13 @@ def run(mode: str, model_dir: str | None, repeats: int, lora_r: int, port: int |
     """ours vs axolotl's built-in LoRA sync on ONE server and adapter: the pause of every push (alternating),
     the probe after each, then decode throughput through each side's last adapter vs the same adapter loaded
     once under a fresh name (never reloaded)."""
+    # heavy (torch, transformers, peft): loaded only when this benchmark runs
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from grpo_plugin.server.process import ServerSpec, launch
-    from grpo_plugin.serverconfig import lora_rank_for_vllm
     from grpo_plugin.sync import ProbeVerifier
-    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.lora import LoraSync
-    from grpo_plugin.tiny import build_model
 
     tmp = Path(tempfile.mkdtemp(prefix="grpo_bench-"))
     model_dir = model_dir or str(build_model(tmp / "tiny-qwen2"))

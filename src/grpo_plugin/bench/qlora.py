@@ -17,17 +17,25 @@ trainer computes with (prints figures; never a test).
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
+import threading
 import time
 
+import psutil
+
 from grpo_plugin.bench.common import free_port, perturb, probe_token_ids, scratch, stack, stack_line
+from grpo_plugin.server.process import ServerSpec, launch
+from grpo_plugin.sync.base import ModelHandle
+from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 BASES = ("16-bit", "8-bit", "4-bit")
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def _quant_config(base: str, compute):
+    # heavy (torch, transformers): loaded only when this benchmark runs
     import torch
     from transformers import BitsAndBytesConfig
 
@@ -41,6 +49,7 @@ def _quant_config(base: str, compute):
 
 def load(model_dir: str, base: str, compute):
     """The trainer's model: `base` weights under a LoRA adapter (r 16 on every linear layer)."""
+    # heavy (torch, transformers, peft): loaded only when this benchmark runs
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -57,10 +66,6 @@ class _PeakSampler:
     full-precision copy, which is not what training holds)."""
 
     def __init__(self):
-        import threading
-
-        import psutil
-
         self._proc, self.peak, self._stop = psutil.Process(), 0, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -82,10 +87,8 @@ class _PeakSampler:
 def worker(model_dir: str, base: str, steps: int) -> dict:
     """One process, one base: load, LoRA, `steps` AdamW steps; RSS above the process's own baseline (torch and
     transformers imported) after loading and at the peak of training (run as a subprocess by `memory`)."""
-    import resource
-
+    # heavy: loaded only in this subprocess, all before the baseline
     import peft  # noqa: F401  (imported before the baseline, like everything the model needs)
-    import psutil
     import torch
     import transformers  # noqa: F401
 
@@ -129,11 +132,10 @@ def memory(model_dir: str, steps: int) -> list[dict]:
 
 
 def probe_differences(model_dir: str, tmp) -> list[dict]:
+    # heavy (torch, transformers, peft): loaded only when this benchmark runs
     import torch
 
-    from grpo_plugin.server.process import ServerSpec, launch
     from grpo_plugin.sync import ProbeVerifier
-    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.sync.served_base import ServedBase
 
@@ -166,8 +168,6 @@ def probe_differences(model_dir: str, tmp) -> list[dict]:
 
 
 def run(size: str = "100m", steps: int = 3) -> dict:
-    from grpo_plugin.tiny import MODEL_SIZES, build_model
-
     with scratch("grpo-bench-qlora-") as tmp:
         model_dir = str(build_model(tmp / f"model-{size}", **MODEL_SIZES[size]))
         t0 = time.perf_counter()

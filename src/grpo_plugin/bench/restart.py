@@ -12,6 +12,10 @@ import sys
 import time
 
 from grpo_plugin.bench.common import free_port, pct, perturb, probe_token_ids, scratch, stack, stack_line
+from grpo_plugin.server.client import ServerError
+from grpo_plugin.server.process import ServerSpec, launch
+from grpo_plugin.sync.base import ModelHandle
+from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 # axolotl <= 0.19 syncs full weights over HTTP (its worker extension + weight_serde); axolotl 0.21 only over
 # NCCL, which needs CUDA: on the current stack the restart benchmark has no axolotl side to compare on CPU.
@@ -29,9 +33,7 @@ def _axolotl_http_sync(client, model) -> tuple[float, list[str]]:
     """axolotl's full-weight HTTP sync against our server: its client's encoding and 10 MB batching
     (`batch_update_named_params`, HTTP branch), its route's re-encoding and its worker method, through the
     benchmark worker extension (grpo_plugin.bench.axolotl_worker). Returns (seconds, worker errors)."""
-    from axolotl.utils.weight_serde import encode_for_http
-
-    from grpo_plugin.server.client import ServerError
+    from axolotl.utils.weight_serde import encode_for_http  # optional: axolotl <= 0.19
 
     max_bytes = 10 * 1024 * 1024  # axolotl's MAX_BYTES_PER_REQUEST
     chunks, cur, size = [], [], 0
@@ -98,14 +100,12 @@ def run(sizes: list[str], repeats: int, process_repeats: int, axolotl_repeats: i
     """restart on each model size, on ONE server per size: reload pushes, process restarts, then axolotl's
     full-weight HTTP sync (last: when it fails it leaves the server's weights half-updated), then one more
     reload to show it repairs the server. Every sync is followed by the post-sync probe."""
+    # heavy (torch, transformers): loaded only when this benchmark runs
     import torch
     from transformers import AutoModelForCausalLM
 
-    from grpo_plugin.server.process import ServerSpec, launch
     from grpo_plugin.sync import ProbeVerifier
-    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.restart import RestartSync
-    from grpo_plugin.tiny import MODEL_SIZES, build_model
 
     out: dict = {"benchmark": "sync", "mode": "restart", "repeats": repeats, "process_repeats": process_repeats,
                  "axolotl_repeats": axolotl_repeats, "models": {}, "stack": stack()}

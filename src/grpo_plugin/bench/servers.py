@@ -25,8 +25,12 @@ from grpo_plugin.bench.common import (
     perturb,
     probe_token_ids,
     scratch,
+    stack,
     start_vllm_servers,
 )
+from grpo_plugin.server.group import ServerGroup
+from grpo_plugin.sync.base import ModelHandle
+from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -52,9 +56,7 @@ def _alternate(syncs: dict, model, verifiers: dict, repeats: int, only: str) -> 
 
 def _one_vs_two(make_sync, model, clients: list, probe: list[int], repeats: int, only: str) -> dict:
     """The same pushes to the first server alone and to both (ServerGroup), alternating; each verified."""
-    from grpo_plugin.server.group import ServerGroup
-    from grpo_plugin.sync import ProbeVerifier
-    from grpo_plugin.sync.base import ModelHandle
+    from grpo_plugin.sync import ProbeVerifier  # heavy (torch): loaded only when this benchmark runs
 
     group = ServerGroup([c.fork() for c in clients])
     targets = {"1 server": clients[0], "2 servers": group}
@@ -70,6 +72,7 @@ def _one_vs_two(make_sync, model, clients: list, probe: list[int], repeats: int,
 
 
 def _pauses(model_dir: str, tmp, repeats: int) -> dict:
+    # heavy (torch, transformers, peft): loaded only when this benchmark runs
     from peft import LoraConfig, get_peft_model
 
     from grpo_plugin.sync.lora import LoraSync
@@ -102,10 +105,6 @@ def _pauses(model_dir: str, tmp, repeats: int) -> dict:
 
 
 def run(size: str = "100m", repeats: int = 10) -> dict:
-    from grpo_plugin.bench.common import stack
-    from grpo_plugin.server.group import ServerGroup
-    from grpo_plugin.tiny import MODEL_SIZES, build_model
-
     out: dict = {"benchmark": "servers", "size": size, "repeats": repeats, "stack": stack()}
     with scratch("grpo_bench_servers-") as tmp:
         model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))

@@ -26,16 +26,20 @@ from grpo_plugin.bench.common import (
     perturb,
     probe_token_ids,
     scratch,
+    stack,
     start_vllm_servers,
 )
+from grpo_plugin.server.client import VLLMServerClient
+from grpo_plugin.sync.base import ModelHandle
+from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 ZERO3 = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
          "zero_allow_untested_optimizer": True}
 
 
 def _unsharded(model_dir: str, client, repeats: int) -> dict:
+    # heavy (torch, transformers): loaded only when this benchmark runs
     from grpo_plugin.sync import ProbeVerifier
-    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.restart import RestartSync
 
     model = load_model(model_dir)
@@ -74,12 +78,11 @@ def _zero3(model_dir: str, url: str, repeats: int, tmp) -> dict:
 
 
 def _worker(model_dir: str, url: str, repeats: int, out_file: str) -> None:
+    # heavy (deepspeed, torch): loaded only in the worker processes
     import deepspeed
     import torch
 
-    from grpo_plugin.server.client import VLLMServerClient
     from grpo_plugin.sync import ProbeVerifier
-    from grpo_plugin.sync.base import ModelHandle
     from grpo_plugin.sync.ranks import LeadFollow, describe_gather, selected
     from grpo_plugin.sync.restart import RestartSync
 
@@ -128,7 +131,7 @@ def _worker(model_dir: str, url: str, repeats: int, out_file: str) -> None:
 
 
 def _torch_broadcast(obj):
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: loaded only in the worker processes
 
     box = [obj]
     dist.broadcast_object_list(box, src=0)
@@ -136,9 +139,6 @@ def _torch_broadcast(obj):
 
 
 def run(size: str = "100m", repeats: int = 10) -> dict:
-    from grpo_plugin.bench.common import stack
-    from grpo_plugin.tiny import MODEL_SIZES, build_model
-
     out: dict = {"benchmark": "zero3", "size": size, "repeats": repeats, "stack": stack()}
     with scratch("grpo_bench_zero3-") as tmp:
         model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))

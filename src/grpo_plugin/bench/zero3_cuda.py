@@ -21,18 +21,20 @@ import os
 import statistics
 import time
 
+from grpo_plugin.bench.common import free_port, load_model, scratch
+from grpo_plugin.storage import SyncDir
+from grpo_plugin.tiny import MODEL_SIZES, build_model
+
 
 def run(size: str = "100m", repeats: int = 5) -> dict:
+    # heavy (deepspeed, torch, transformers): loaded only when this benchmark runs
     import deepspeed
     import torch
     import transformers
 
     from grpo_plugin import probe
-    from grpo_plugin.bench.common import free_port, load_model, scratch
-    from grpo_plugin.storage import SyncDir
     from grpo_plugin.sync.ranks import LeadFollow, describe_gather, selected
     from grpo_plugin.sync.restart import WEIGHTS_FILE, checkpoint_tensors
-    from grpo_plugin.tiny import MODEL_SIZES, build_model
 
     if not torch.cuda.is_available():
         raise RuntimeError("bench zero3 --cuda needs a CUDA GPU")
