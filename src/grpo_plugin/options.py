@@ -194,6 +194,7 @@ NOT_AXOLOTL_KEYS_INSTEAD: dict[str, str] = {
     "vllm_gpu_memory_utilization": "vllm.gpu_memory_utilization",
     "vllm_max_model_length": "vllm.max_model_len",
     "vllm_tensor_parallel_size": "vllm.tensor_parallel_size",
+    "max_tool_calling_iterations": "grpo.max_tool_calling_iterations (with grpo.tools / grpo.environment_factory)",
 }
 
 # Fields of the generation request the plugin sets itself (server/client.py generate), so trl.generation_kwargs may

@@ -214,7 +214,26 @@ def agent_summary(records: list[dict]) -> dict:
         "env_tokens": sum(r["agent_env_tokens"] for r in steps),
         "truncated": sum(r["agent_truncated"] for r in steps),
         "unknown_origin_tokens": sum(r["agent_unknown_origin_tokens"] for r in steps),
+        **tool_summary(steps),
     }}
+
+
+def tool_summary(steps: list[dict]) -> dict:
+    """A tool-calling run's figures (agents/tool_loop.py): calls and failures in all and per tool, and the share of
+    rollouts that called a tool, over the first and the last fifth of the steps (nothing for other agent runs)."""
+    steps = [r for r in steps if r.get("agent_tool_call_rate") is not None]
+    if not steps:
+        return {}
+    fifth = max(1, len(steps) // 5)
+    tools = sorted({k.split("/")[1] for r in steps for k in r if k.startswith("agent_tool/")})
+    return {
+        "tool_calls": sum(r["agent_tool_calls"] for r in steps),
+        "tool_failures": sum(r["agent_tool_failures"] for r in steps),
+        "tool_call_rate_first_20pct": round(sum(r["agent_tool_call_rate"] for r in steps[:fifth]) / fifth, 4),
+        "tool_call_rate_last_20pct": round(sum(r["agent_tool_call_rate"] for r in steps[-fifth:]) / fifth, 4),
+        "per_tool": {t: {"calls": sum(r.get(f"agent_tool/{t}/calls", 0) for r in steps),
+                         "failures": sum(r.get(f"agent_tool/{t}/failures", 0) for r in steps)} for t in tools},
+    }
 
 
 def atropos_summary(records: list[dict], settings: GRPOSettings) -> dict:

@@ -18,10 +18,31 @@ import json
 import random
 from pathlib import Path
 
+# ChatML, with tools: a conversation without tools renders as plain ChatML; `tools` adds one short system line
+# naming them, an assistant's tool calls render as `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`
+# (Qwen's format) and a tool result as a `tool` turn. Every message renders the same whatever follows it (the
+# tool-calling loop appends tool results to the tokens the model sampled).
 CHATML = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "{% if tools %}{{ '<|im_start|>system\ntools:' }}{% for tool in tools %}"
+    "{{ ' ' + (tool.function.name if tool.function is defined else tool.name) }}{% endfor %}"
+    "{{ '<|im_end|>\n' }}{% endif %}"
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% endif %}"
+    "{% for call in message.get('tool_calls') or [] %}{% set f = call.function if call.function is defined "
+    "else call %}{{ '<tool_call>\n' + {'name': f.name, 'arguments': f.arguments} | tojson + '\n</tool_call>' }}"
+    "{% endfor %}{{ '<|im_end|>' + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+# How transformers' parse_response reads a turn in that format: text, and `<tool_call>` JSON blocks as tool calls
+RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {"open": "<tool_call>", "close_pattern": "</tool_call>\\s*", "repeats": True,
+                       "content": "json", "transform": {"type": "function", "function": "{content}"}},
+        "content": {"close_pattern": "<\\|im_end\\|>\\s*", "content": "text"},
+    },
+}
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
@@ -57,6 +78,7 @@ def build_tokenizer(out_dir: str | Path):
         model_max_length=512,
     )
     hf.chat_template = CHATML
+    hf.response_template = RESPONSE_TEMPLATE  # transformers >= 5.13 (both stacks); saved with the tokenizer
     hf.save_pretrained(str(out_dir))
     return hf
 
@@ -151,6 +173,82 @@ def build_digit_task(out_file: str | Path, n: int = 512, seed: int = 0) -> Path:
     return out
 
 
+def build_tool_task(out_file: str | Path, n: int = 512, seed: int = 1) -> Path:
+    """The tool-calling demo's prompts (rewards/toy_tools.py): chat prompts "key <letters>"."""
+    rng = random.Random(seed)
+    out = Path(out_file)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as f:
+        for _ in range(n):
+            key = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 6)))
+            f.write(json.dumps({"prompt": [{"role": "user", "content": f"key {key}"}]}) + "\n")
+    return out
+
+
+TOOL_CALL = '<tool_call>\n{"name": "lookup", "arguments": {}}\n</tool_call>'
+
+
+def warm_start_tools(model_dir: str | Path, out_dir: str | Path, *, steps: int = 300, seed: int = 0) -> Path:
+    """A copy of the tiny model taught the tool-call format by a short supervised run (deterministic): for "key
+    <letters>" prompts with the `lookup` tool shown, half the examples call it and answer with the digit the tool
+    returned, half answer a digit at once. Only the model's tokens are trained (the tool result is not)."""
+    import torch  # here: `python -m grpo_plugin.tiny --help` stays light
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    def lookup() -> str:
+        """Look up the number to answer with.
+
+        Returns:
+            One digit.
+        """
+        return "0"
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32)
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+
+    def ids(text: str) -> list[int]:
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    def example() -> tuple[list[int], list[int]]:
+        key = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 6)))
+        prompt = tok.apply_chat_template([{"role": "user", "content": f"key {key}"}], tools=[lookup],
+                                         add_generation_prompt=True, tokenize=True, return_dict=False)
+        digit = str(rng.randrange(10))
+        if rng.random() < 0.5:
+            turn, result = ids(TOOL_CALL + "<|im_end|>"), ids(f"\n<|im_start|>tool\n{digit}<|im_end|>\n"
+                                                              "<|im_start|>assistant\n")
+            answer = ids(f"{digit}<|im_end|>")
+            seq = list(prompt) + turn + result + answer
+            labels = [-100] * len(prompt) + turn + [-100] * len(result) + answer
+        else:
+            answer = ids(f"{digit}<|im_end|>")
+            seq, labels = list(prompt) + answer, [-100] * len(prompt) + answer
+        return seq, labels
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(steps):
+        rows = [example() for _ in range(16)]
+        width = max(len(s) for s, _ in rows)
+        input_ids = torch.tensor([s + [tok.pad_token_id] * (width - len(s)) for s, _ in rows])
+        labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in rows])
+        attention = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _ in rows])
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    out = Path(out_dir)
+    model.save_pretrained(str(out), safe_serialization=True)
+    tok.save_pretrained(str(out))
+    for name in ("generation_config.json",):
+        src = Path(model_dir) / name
+        if src.exists():
+            (out / name).write_text(src.read_text())
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="demo",
@@ -159,12 +257,18 @@ def main(argv: list[str] | None = None) -> None:
                     help="architecture (default: qwen2); see the module docstring for what each switches on")
     ap.add_argument("--untied", action="store_true", help="untied lm_head (default: the family's)")
     ap.add_argument("--size", choices=sorted(MODEL_SIZES), default="tiny", help="model shape (default: tiny)")
+    ap.add_argument("--tool-warm-start", action="store_true",
+                    help="also write <out>/tiny-<family>-tools (taught the tool-call format) and "
+                    "<out>/data/lookup.jsonl, for the tool-calling demo (docs/agents.md)")
     args = ap.parse_args(argv)
     name = f"tiny-{args.family}" if args.size == "tiny" else f"{args.family}-{args.size}"
     model_dir = build_model(Path(args.out) / name, family=args.family,
                             tie_word_embeddings=False if args.untied else None, **MODEL_SIZES[args.size])
     data = build_digit_task(Path(args.out) / "data" / "digits.jsonl")
     print(f"tiny model: {model_dir}\ntask data:  {data}")
+    if args.tool_warm_start:
+        tools_dir = warm_start_tools(model_dir, Path(args.out) / f"{name}-tools")
+        print(f"tool model: {tools_dir}\ntool data:  {build_tool_task(Path(args.out) / 'data' / 'lookup.jsonl')}")
 
 
 if __name__ == "__main__":

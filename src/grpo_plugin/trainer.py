@@ -29,6 +29,7 @@ import atexit
 from axolotl.core.trainers.grpo.trainer import AxolotlAsyncGRPOTrainer
 from trl import GRPOTrainer
 
+from grpo_plugin.agents.attach import attach as attach_agents
 from grpo_plugin.atropos.fetcher import AtroposTimeout
 from grpo_plugin.checkpoints import save_after_failure
 from grpo_plugin.compat.host import host
@@ -91,6 +92,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
 
     # ---- rollouts ------------------------------------------------------------------------------
     def _create_data_producer(self, args, train_dataset):
+        attach_agents(self, self.grpo)  # grpo.tools / environment_factory: the tool loop is the rollout_func
         tok = self.processing_class
         spec = GenerationSpec(
             client=self.sync.client, gate=self.sync.gate, guard=self.sync.guard, tokenizer=tok,

@@ -22,7 +22,8 @@ from tests.conftest import ROOT, axolotl_load_cfg
 
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 RECIPES = sorted((ROOT / "configs" / "gsm8k").glob("*.yaml"))
-CODE_RECIPES = sorted((ROOT / "configs" / "code").glob("*.yaml"))
+CODE_RECIPES = sorted(p for p in (ROOT / "configs" / "code").glob("*.yaml") if not p.stem.startswith("agent_"))
+CODE_AGENT_RECIPES = sorted((ROOT / "configs" / "code").glob("agent_*.yaml"))
 DS_CONFIGS = sorted((ROOT / "deepspeed_configs").glob("*.json"))
 SCALE = sorted((ROOT / "configs" / "scale").glob("*.yaml"))
 
@@ -43,6 +44,9 @@ def user_checkout(root, tiny_data_file=None):
             '"test_cases": ["assert add(1, 2) == 3"]}\n')
         (root / "demo" / "data").mkdir(parents=True)
         shutil.copy(tiny_data_file, root / "demo" / "data" / "digits.jsonl")
+        from grpo_plugin.tiny import build_tool_task
+
+        build_tool_task(root / "demo" / "data" / "lookup.jsonl", n=8)
     return root
 
 
@@ -125,6 +129,24 @@ def test_code_recipe_rewards_and_transform_resolve_as_axolotl_does(path):
         completions=[good, bad], test_cases=[row["test_cases"]] * 2, prompts=["p", "p"])
         for fqn in raw["trl"]["reward_funcs"]}
     assert scores == {"code_execution_reward": [0.5, 0.0], "soft_format_reward": [1.0, 0.0]}
+
+
+@pytest.mark.parametrize("path", CODE_AGENT_RECIPES, ids=lambda p: p.stem)
+def test_code_agent_recipe_environment_and_transform_resolve(path):
+    from axolotl.prompt_strategies.dpo import load as load_dpo
+
+    from grpo_plugin.config.preflight import agent_problems
+
+    raw = yaml.safe_load(path.read_text())
+    assert raw["grpo"]["environment_factory"] == "rewards.code_agent.CodeAgent"
+    assert agent_problems(raw["grpo"]) == [None]
+    assert len(raw["trl"]["reward_weights"]) == len(raw["trl"]["reward_funcs"])
+    transform, kwargs = load_dpo(raw["datasets"][0]["type"], {"datasets": raw["datasets"]}, dataset_idx=0)
+    row = transform({"instruction": "Write add(a, b).", "response": "def add(a, b): return a + b",
+                     "test_cases": ["assert add(1, 2) == 3", "assert add(2, 2) == 5"]})
+    assert json.loads(row["visible_tests"]) == ["assert add(1, 2) == 3"]
+    assert json.loads(row["hidden_tests"]) == ["assert add(2, 2) == 5"]
+    assert "assert add(2, 2) == 5" not in json.dumps(row["prompt"]) and kwargs["remove_columns"] == "__all__"
 
 
 @pytest.mark.parametrize("path", DS_CONFIGS, ids=lambda p: p.name)

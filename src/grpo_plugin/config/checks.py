@@ -32,6 +32,7 @@ def check_cross_keys(data: dict) -> None:
         _check_atropos(data, config_value(grpo, "atropos"))
     _check_sharded(data)
     _check_plugins(data)
+    _check_agents(data, grpo)
     trl = data.get("trl") or {}
     if isinstance(trl, dict):
         if trl.get("use_vllm") is False:
@@ -128,6 +129,23 @@ def _check_plugins(data: dict) -> None:
             "data producer, which would replace the grpo_plugin's (its weight sync, verification and server "
             "recovery). Use one of the two. To train a NeMo Gym agent with the grpo_plugin, call its agents from a "
             "trl.rollout_func that generates through the server's OpenAI routes (docs/agents.md).")
+
+
+def _check_agents(data: dict, grpo) -> None:
+    """grpo.tools / grpo.environment_factory: the plugin runs TRL's tool-calling loop as the run's rollout function,
+    so nothing else may make the rollouts."""
+    tools, factory = config_value(grpo, "tools"), config_value(grpo, "environment_factory")
+    if not tools and not factory:
+        return
+    keys = " and ".join(k for k, v in (("grpo.tools", tools), ("grpo.environment_factory", factory)) if v)
+    trl = data.get("trl") or {}
+    if config_value(trl, "rollout_func"):
+        raise ValueError(f"{keys} with `trl.rollout_func: {config_value(trl, 'rollout_func')}`: the tool-calling "
+                         "loop is the run's rollout function, so one of the two would never run. Remove one (a "
+                         "rollout_func runs its own tools: docs/agents.md).")
+    if config_value(grpo, "atropos") is not None:
+        raise ValueError(f"{keys} with grpo.atropos: the rollouts come from the Atropos environments, so the tools "
+                         "would never be called. Remove one of the two.")
 
 
 def _check_atropos(data: dict, atropos) -> None:

@@ -115,6 +115,34 @@ def import_callable(fqn: str):
         return getattr(importlib.import_module(module_name), attr)
 
 
+def tool_problem(fqn: Any, key: str = "grpo.tools") -> str | None:
+    """None if `fqn` names a function the chat template can show the model (type hints and an Args docstring:
+    transformers' get_json_schema, as TRL's tools need); else what is wrong."""
+    problem = reward_func_problem(fqn, key)
+    if problem or not isinstance(fqn, str) or "/" in fqn:
+        return problem or (f"{key}: {fqn!r} is not an import path (module.function)" if "/" in str(fqn) else None)
+    from transformers.utils import get_json_schema  # here: tools are rare, and transformers is loaded by then
+
+    try:
+        get_json_schema(import_callable(fqn))
+    except Exception as exc:  # transformers' DocstringParsingException / TypeHintParsingException
+        return (f"{key}: {fqn!r} cannot be shown to the model as a tool: {' '.join(str(exc).split())} (a tool "
+                "needs type hints and a docstring with an Args: section describing each argument)")
+    return None
+
+
+def agent_problems(grpo: dict) -> list[str]:
+    """grpo.tools and grpo.environment_factory: every import path resolves (a tool to a function the model can be
+    shown, an environment to a class or factory)."""
+    problems = [tool_problem(fqn) for fqn in grpo.get("tools") or []]
+    factory = grpo.get("environment_factory")
+    named = factory.items() if isinstance(factory, dict) else [(None, factory)] if factory else []
+    for name, fqn in named:
+        problems.append(reward_func_problem(
+            fqn, "grpo.environment_factory" + (f".{name}" if name is not None else "")))
+    return problems
+
+
 def _path_problem(key: str, value: Any, *, data_file: bool = False) -> str | None:
     if not isinstance(value, str) or not value:
         return None
@@ -192,9 +220,11 @@ def config_problems(data: dict, *, atropos_marker: str | None = None) -> list[st
     trl = _as_dict(data.get("trl"))
     for fqn in trl.get("reward_funcs") or []:
         problems.append(reward_func_problem(fqn))
-    atropos = _as_dict(_as_dict(data.get("grpo")).get("atropos"))
+    grpo = _as_dict(data.get("grpo"))
+    atropos = _as_dict(grpo.get("atropos"))
     for fqn in atropos.get("eval_reward_funcs") or []:
         problems.append(reward_func_problem(fqn, "grpo.atropos.eval_reward_funcs"))
+    problems += agent_problems(grpo)
     base = data.get("base_model")
     p = _path_problem("base_model", base)
     if p:

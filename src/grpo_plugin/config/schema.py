@@ -195,6 +195,19 @@ class GRPOSettings(BaseModel):
         default=1800.0, gt=0, description="trl.rollout_func: seconds one call (a batch's rollouts, every turn) may "
         "take before the run stops with an error naming it."
     )
+    tools: list[str] = Field(
+        default_factory=list, description="Tools the model may call (import paths of functions with type hints and "
+        "an Args docstring, as TRL's `tools`): the plugin runs TRL's tool-calling loop (docs/agents.md).")
+    environment_factory: str | dict[str, str] | None = Field(
+        default=None, description="An environment class (import path), or {name: path} picked per row by the "
+        "dataset's `environment` column (TRL's `environment_factory`): one instance per rollout, its public methods "
+        "the rollout's tools, reset(**row) before it, an optional get_reward() (docs/agents.md).")
+    max_tool_calling_iterations: int | None = Field(
+        default=None, ge=0, description="grpo.tools / environment_factory: rounds of tool calls per rollout at most "
+        "(TRL's max_tool_calling_iterations; default: until the completion budget is spent).")
+    tool_timeout: float = Field(
+        default=60.0, gt=0, description="grpo.tools / environment_factory: seconds one tool call may take before "
+        "the model reads a timeout error instead of its result.")
     metrics: bool = Field(
         default=True, description="Write grpo_metrics.jsonl, grpo_summary.json and grpo_curves.png."
     )

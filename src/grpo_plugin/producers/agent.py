@@ -29,7 +29,16 @@ import time
 import torch
 from trl.trainer.utils import pad
 
-from grpo_plugin.producers.agent_output import RolloutFuncError, check_output, model_turns, unknown_model_tokens
+from grpo_plugin.producers.agent_output import (
+    COMPLETIONS_KEY,
+    METRICS_KEY,
+    PRIVATE_KEYS,
+    PROMPTS_KEY,
+    RolloutFuncError,
+    check_output,
+    model_turns,
+    unknown_model_tokens,
+)
 from grpo_plugin.producers.completion_tensors import rollout_tensors
 from grpo_plugin.producers.local import LocalRolloutProducer, deferred_rollout
 from grpo_plugin.producers.rollout import Rollout
@@ -121,11 +130,12 @@ class AgentRolloutProducer(LocalRolloutProducer):
         self.rollout_func, self.rollout_timeout, self.vocab_size = rollout_func, rollout_timeout, vocab_size
         self.name = f"{getattr(rollout_func, '__module__', '?')}.{getattr(rollout_func, '__qualname__', '?')}"
 
-    def _call(self, prompts: list, generation: AgentGeneration):
+    def _call(self, prompts: list, generation: AgentGeneration, inputs: list[dict] | None = None):
         spec = self.spec
         view = TrainerView(self._trainer, generation)  # set_trainer (axolotl's prompt sampler reads it too)
+        args = (prompts, view, inputs) if getattr(self.rollout_func, "takes_rows", False) else (prompts, view)
         try:
-            return call_with_timeout(self.rollout_func, (prompts, view), self.rollout_timeout, self.name)
+            return call_with_timeout(self.rollout_func, args, self.rollout_timeout, self.name)
         except RolloutFuncError:
             raise
         except Exception as exc:
@@ -148,19 +158,21 @@ class AgentRolloutProducer(LocalRolloutProducer):
         def rollout():
             with spec.gate.lease(min_version, timeout=self.lag_timeout) as lease:
                 generation = AgentGeneration(spec.client, spec.sampling, lease=lease)
-                return lease.version, self._call(list(prompts), generation), generation
+                return lease.version, self._call(list(prompts), generation, inputs), generation
 
         version, out, generation = spec.guard.run("rollout", rollout)
         rollout_ms = (time.perf_counter() - t0) * 1e3
+        own = {k: out.pop(k) for k in PRIVATE_KEYS if isinstance(out, dict) and k in out}  # the tool loop's
         try:
             rows = check_output(out, prompts, spec.num_generations, self.vocab_size)
         except RolloutFuncError as exc:
             raise RolloutFuncError(f"trl.rollout_func {self.name}: {exc}") from None
         tensors = self._tensors(rows, inputs)
         record = Rollout(wait_ms=rollout_ms, generate_ms=rollout_ms, policy_version=version,
-                         agent=agent_fields(rows, generation, spec.stop_token_ids))
-        return deferred_rollout(spec, tensors, tensors.pop("num_items_in_batch"), inputs, prompts,
-                                rows.completion_ids, record)
+                         agent={**agent_fields(rows, generation, spec.stop_token_ids), **own.get(METRICS_KEY, {})})
+        return deferred_rollout(spec, tensors, tensors.pop("num_items_in_batch"), inputs,
+                                own.get(PROMPTS_KEY, prompts), rows.completion_ids, record,
+                                completions=own.get(COMPLETIONS_KEY))
 
     def _tensors(self, rows, inputs: list[dict]) -> dict:
         """The rollout's tensors with the env mask as axolotl's `tool_mask`, and `num_items_in_batch`: the model's

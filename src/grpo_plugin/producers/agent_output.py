@@ -19,6 +19,11 @@ from dataclasses import dataclass, field
 
 REQUIRED = ("prompt_ids", "completion_ids", "logprobs")
 NOT_REWARD_FIELDS = ("env_mask", "logprob_token_ids")  # TRL's own keys: not handed to the reward functions
+# Keys the plugin's own rollout function (agents/tool_loop.py) adds, taken out before the checks:
+COMPLETIONS_KEY = "_grpo_completions"  # the completions as messages, for the reward functions (else decoded)
+PROMPTS_KEY = "_grpo_prompts"  # the prompts as the model read them (an environment's reset() may extend them)
+METRICS_KEY = "_grpo_agent_metrics"  # the batch's tool metrics, added to the step's record
+PRIVATE_KEYS = (COMPLETIONS_KEY, PROMPTS_KEY, METRICS_KEY)
 
 
 class RolloutFuncError(ValueError):

@@ -96,12 +96,15 @@ class LocalRolloutProducer(GRPODataProducer):
 
 
 def deferred_rollout(spec: GenerationSpec, tensors: dict, n_tokens: torch.Tensor, inputs: list[dict], prompts: list,
-                     completion_ids: list[list[int]], record: Rollout) -> RolloutDataset:
-    """A sampled rollout as axolotl's deferred scoring takes it: the tensors, the completions decoded for the reward
-    functions, `n_tokens` (the tokens the loss normalises by: this rank's, summed over the ranks here on the main
-    thread) and the rollout's record. axolotl computes rewards, advantages, policy logps and the IS ratio."""
-    texts = spec.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-    completions = [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(inputs[0]) else texts
+                     completion_ids: list[list[int]], record: Rollout,
+                     completions: list | None = None) -> RolloutDataset:
+    """A sampled rollout as axolotl's deferred scoring takes it: the tensors, the completions for the reward
+    functions (decoded, unless given: a tool loop's messages), `n_tokens` (the tokens the loss normalises by: this
+    rank's, summed over the ranks here on the main thread) and the rollout's record. axolotl computes rewards,
+    advantages, policy logps and the IS ratio."""
+    if completions is None:
+        texts = spec.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        completions = [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(inputs[0]) else texts
     output = {
         **tensors,
         "num_items_in_batch": n_tokens,

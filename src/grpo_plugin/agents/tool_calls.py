@@ -1,0 +1,102 @@
+"""Running the model's tool calls: the rows of a batch at once, each row's calls in order (an environment's methods
+share its state), every call with a timeout. A call that raises, names no tool, has arguments the tool does not
+take, or does not return in time becomes an error the model reads in its next turn (as TRL does) and is counted per
+tool; it never stops the run. A call that hung is left behind in a daemon thread, and the environment it belongs to
+is not used again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+from grpo_plugin.agents.chat_format import MALFORMED, tool_message
+
+OUTCOMES = ("ok", "error", "unknown", "timeout", "malformed")
+
+
+class ToolStats:
+    """Calls per tool and outcome since the last `take()` (thread-safe)."""
+
+    def __init__(self):
+        self._counts: Counter = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, tool: str, outcome: str) -> None:
+        with self._lock:
+            self._counts[(tool, outcome)] += 1
+
+    def take(self) -> Counter:
+        with self._lock:
+            counts, self._counts = self._counts, Counter()
+        return counts
+
+
+def _call(fn, arguments: dict, timeout: float):
+    """`fn(**arguments)` (a coroutine function: run to its end) in a daemon thread, waited for `timeout` s.
+    Returns (finished, value, error)."""
+    box: dict = {}
+
+    def target():
+        try:
+            value = fn(**arguments)
+            box["value"] = asyncio.run(value) if inspect.iscoroutine(value) else value
+        except BaseException as exc:  # noqa: BLE001 - becomes the model's error message
+            box["error"] = exc
+
+    t = threading.Thread(target=target, name="grpo-tool-call", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        return False, None, None
+    return True, box.get("value"), box.get("error")
+
+
+class ToolRunner:
+    """Runs a batch's tool calls; `timeout`: seconds one call may take."""
+
+    def __init__(self, timeout: float, max_rows_at_once: int = 32):
+        self.timeout, self.max_rows_at_once = timeout, max_rows_at_once
+
+    def run_row(self, calls: list[tuple[str, dict]], tools: dict, malformed: str | None,
+                stats: ToolStats) -> tuple[list[dict], bool, int]:
+        """One row's calls in order -> (the tool messages, whether a call hung, how many failed)."""
+        messages, hung, failed = [], False, 0
+        if malformed:
+            stats.add(MALFORMED, "malformed")
+            failed += 1
+            messages.append(tool_message(MALFORMED, {"error": malformed}))
+        for name, arguments in calls:
+            fn = tools.get(name)
+            if fn is None:
+                stats.add(name, "unknown")
+                failed += 1
+                known = ", ".join(sorted(tools)) or "none"
+                messages.append(tool_message(name, {"error": f"Tool {name} not found (tools: {known})."}))
+                continue
+            finished, value, error = _call(fn, arguments, self.timeout)
+            if not finished:
+                hung, failed = True, failed + 1
+                stats.add(name, "timeout")
+                messages.append(tool_message(name, {"error": f"Tool {name} did not return within "
+                                                             f"{self.timeout:g} s."}))
+            elif error is not None:
+                stats.add(name, "error")
+                failed += 1
+                messages.append(tool_message(name, {"error": f"{type(error).__name__}: {error}"}))
+            else:
+                stats.add(name, "ok")
+                messages.append(tool_message(name, value))
+        return messages, hung, failed
+
+    def run(self, rows: list[tuple[list[tuple[str, dict]], dict, str | None]],
+            stats: ToolStats) -> list[tuple[list[dict], bool, int]]:
+        """Every row's calls, rows at once: (calls, the row's tools by name, malformed reason) per row."""
+        if len(rows) <= 1:
+            return [self.run_row(*row, stats) for row in rows]
+        with ThreadPoolExecutor(max_workers=min(self.max_rows_at_once, len(rows)),
+                                thread_name_prefix="grpo-tool-row") as pool:
+            return list(pool.map(lambda row: self.run_row(*row, stats), rows))
