@@ -7,6 +7,8 @@ re-exported here (see docs/rewards.md).
 """
 
 from rewards.code import code_contest_transform, code_input_output_transform, code_transform
+from rewards.code_agent import code_agent_transform
 from rewards.gsm8k import gsm8k_transform
 
-__all__ = ["code_contest_transform", "code_input_output_transform", "code_transform", "gsm8k_transform"]
+__all__ = ["code_agent_transform", "code_contest_transform", "code_input_output_transform", "code_transform",
+           "gsm8k_transform"]
