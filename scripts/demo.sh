@@ -11,11 +11,13 @@
 #                                       vLLM server and trainer started and stopped by grpo_plugin.atropos.launch)
 #     ./scripts/demo.sh agent           a two-turn agent (trl.rollout_func): the model answers, the environment
 #                                       replies, the model answers again; the reply's tokens are never trained
+#     ./scripts/demo.sh tools           tool calling (grpo.tools): the model, taught the call format first, learns
+#                                       to call lookup() and answer with its result; tool results never trained
 # Further arguments go to `axolotl train`. GRPO_STACK=legacy runs it on the Python 3.11 / axolotl 0.19 stack.
 set -euo pipefail
 MODE=lora_sync
 case "${1:-}" in
-  lora_sync|restart|ipc|atropos|qlora|agent) MODE="$1"; shift ;;
+  lora_sync|restart|ipc|atropos|qlora|agent|tools) MODE="$1"; shift ;;
 esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -32,6 +34,13 @@ fi
 OUT="outputs/quickstart_$MODE"
 CONFIG="configs/quickstart_$MODE.yaml"
 if [ "$MODE" = agent ]; then OUT=outputs/quickstart_rollout_func; CONFIG=configs/agents/quickstart_rollout_func.yaml; fi
+if [ "$MODE" = tools ]; then
+  CONFIG=configs/agents/quickstart_tools.yaml
+  if [ ! -f demo/tiny-qwen2-tools/model.safetensors ] || [ ! -f demo/data/lookup.jsonl ]; then
+    echo "[demo] teaching the tiny model the tool-call format (a short supervised run, ~1 min)"
+    python -m grpo_plugin.tiny --out demo --tool-warm-start
+  fi
+fi
 if [ "$MODE" = atropos ]; then
   echo "[demo] python -m grpo_plugin.atropos.launch configs/quickstart_atropos.yaml  (logs: $OUT/atropos_logs/)"
   python -m grpo_plugin.atropos.launch configs/quickstart_atropos.yaml ${1:+--} "$@"

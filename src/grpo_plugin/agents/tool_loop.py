@@ -41,8 +41,9 @@ def _row_groups(contexts: list[list[int]], rows: list[int]) -> tuple[list[list[i
 
 
 def tool_metrics(counts: Counter, rows: int, calls_per_row: list[int]) -> dict:
-    """The batch's tool metrics: calls and failures in all and per tool, rows that called a tool."""
-    out = {"agent_tool_calls": sum(v for (_, o), v in counts.items() if o != "malformed"),
+    """The batch's tool metrics: calls (a malformed one included) and failures in all and per tool, and the share
+    of rows whose turns called a tool."""
+    out = {"agent_tool_calls": sum(counts.values()),
            "agent_tool_failures": sum(v for (_, o), v in counts.items() if o != "ok"),
            "agent_tool_call_rate": round(sum(1 for c in calls_per_row if c) / max(rows, 1), 4)}
     for tool in sorted({t for t, _ in counts}):
