@@ -17,6 +17,7 @@ from grpo_plugin.agents.tool_loop import ToolLoop
 from grpo_plugin.producers.agent_output import COMPLETIONS_KEY, METRICS_KEY, PROMPTS_KEY, check_output
 from grpo_plugin.server.client import Completion
 from grpo_plugin.tiny import TOOL_CALL, build_tokenizer
+from rewards import toy_tools
 
 PROMPT = [{"role": "user", "content": "key abc"}]
 
@@ -229,19 +230,12 @@ def test_max_tool_calling_iterations_and_the_budget_end_a_row(tok):
     assert len(out["completion_ids"][0]) == 10 and out["tool_calls"] == [0]  # a cut turn calls nothing
 
 
-class Vault:
+class Vault(toy_tools.Vault):
+    """The demo's vault, its secret from the row and an observation from reset(); looking pays 1, else 0.25."""
+
     def reset(self, prompt=None, secret="0", **row):
         self.secret, self.looked = secret, False
         return f" (vault {secret})"
-
-    def lookup(self) -> str:
-        """Look up the number to answer with.
-
-        Returns:
-            One digit.
-        """
-        self.looked = True
-        return self.secret
 
     def get_reward(self) -> float:
         return 1.0 if self.looked else 0.25
