@@ -36,6 +36,7 @@ def fill_defaults(cfg) -> None:
         # several ranks: a rank skipping its zero-advantage micro-batch skips the loss's collectives while the
         # others wait in them (a deadlock; config/checks.py refuses an explicit true)
         trl.setdefault("skip_zero_advantage_batches", False)
+    _keep_the_kl(trl)
     vllm.setdefault("serve_module", SERVE_MODULE)
     vllm.setdefault("host", SERVER_HOST)
     vllm.setdefault("port", SERVER_PORT)
@@ -44,6 +45,25 @@ def fill_defaults(cfg) -> None:
     atropos = cfg["grpo"].get("atropos")
     if atropos is not None:
         _fill_atropos(cfg, trl, atropos if isinstance(atropos, dict) else {})
+
+
+def _keep_the_kl(trl: dict) -> None:
+    """With `trl.beta > 0` the loss holds the KL term to the reference model; axolotl's zero-advantage skip
+    (`skip_zero_advantage_batches`, default true) skips the whole loss of a micro-batch whose advantages are all
+    zero, the KL term with it. The plugin turns the skip off then (the KL applies on every step), and says so when a
+    config asks for the skip explicitly."""
+    try:
+        beta = float(trl.get("beta") or 0.0)
+    except (TypeError, ValueError):
+        return  # validation reports it
+    if beta <= 0:
+        return
+    if trl.get("skip_zero_advantage_batches") is True:
+        LOG.warning("grpo_plugin: trl.skip_zero_advantage_batches: true with trl.beta=%g: on a micro-batch whose "
+                    "advantages are all zero axolotl skips the whole loss, the KL term included (the policy may "
+                    "drift from the reference on those steps; the log counts them as skipped_zero_adv_batches). "
+                    "Remove the key to apply the KL on every step.", beta)
+    trl.setdefault("skip_zero_advantage_batches", False)
 
 
 def _fill_atropos(cfg, trl, atropos: dict) -> None:
