@@ -71,7 +71,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         tok = self.processing_class
         # axolotl 0.19's deferred scoring reads these (0.21 asks its tokenizer); TRL no longer sets them.
         self.pad_token_id, self.eos_token_id = pad_token_id(tok), tok.eos_token_id
-        wait_for_servers(client, self.grpo.server_timeout)
+        wait_for_servers(client, self.grpo.server_timeout,
+                         started_by_rank_0=self.grpo.managed_server and not self.accelerator.is_main_process)
         model = ModelHandle(unwrap=lambda: self.accelerator.unwrap_model(self.model),
                             num_processes=self.accelerator.num_processes,
                             is_main=self.accelerator.is_main_process, add_callback=self.add_callback)

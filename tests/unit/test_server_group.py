@@ -298,3 +298,20 @@ def test_a_user_core_binding_is_left_alone(monkeypatch):
     assert [s.cpu_bind for s in specs] == [None, None]
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND")
     assert len({s.cpu_bind for s in process.specs_from_cfg({"base_model": "m", "grpo": {"num_servers": 2}})}) == 2
+
+
+@pytest.mark.parametrize("rank_0_starts_it", [False, True])
+def test_waiting_for_a_server_says_who_starts_it(rank_0_starts_it, capsys):
+    """A rank other than 0 of a managed-server run waits for the server rank 0 starts: its lines say so, not
+    `axolotl vllm-serve` (what a user who starts the server in another terminal reads)."""
+    from grpo_plugin.server.client import VLLMServerClient
+    from grpo_plugin.server.connect import wait_for_servers
+    from tests.conftest import free_port
+
+    client = VLLMServerClient(f"http://127.0.0.1:{free_port()}", timeout=1.0)  # nothing listens there
+    with pytest.raises(ConnectionError) as err:
+        wait_for_servers(client, 0.5, started_by_rank_0=rank_0_starts_it)
+    said = capsys.readouterr().err + str(err.value)
+    assert ("rank 0 is starting it (grpo.managed_server)" in said) is rank_0_starts_it, said
+    assert ("rank 0 starts it" in str(err.value)) is rank_0_starts_it
+    assert ("axolotl vllm-serve" in said) is not rank_0_starts_it, said

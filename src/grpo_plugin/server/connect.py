@@ -40,11 +40,14 @@ def connect(urls: list[str], timeout: float):
     return clients[0] if len(clients) == 1 else ServerGroup(clients)
 
 
-def wait_for_servers(client, timeout: float) -> None:
+def wait_for_servers(client, timeout: float, *, started_by_rank_0: bool = False) -> None:
     """Every server answers /health: the managed ones are watched as they start (a server that exits is an
-    error with its log); others are waited for with a line saying how to start them."""
+    error with its log); others are waited for with a line saying how to start them — or, on the other ranks of a
+    run with grpo.managed_server (`started_by_rank_0`), that rank 0 is starting them."""
     procs = managed.servers()
     clients = replicas_of(client)
+    hint = ("rank 0 is starting it (grpo.managed_server)" if started_by_rank_0
+            else "not up yet — start it with `axolotl vllm-serve <config.yaml>`")
     for i, c in enumerate(clients):
         if len(procs) == len(clients):
             procs[i].wait_healthy(timeout, c.healthy, Progress(f"starting vLLM on {c.base_url}"))
@@ -52,11 +55,15 @@ def wait_for_servers(client, timeout: float) -> None:
         if c.healthy():
             continue
         waited = wait_until(c.healthy, timeout, Progress(f"waiting for the vLLM server at {c.base_url}"),
-                            lambda _: "not up yet — start it with `axolotl vllm-serve <config.yaml>`",
-                            ready="connected", poll=1.0)
+                            lambda _: hint, ready="connected", poll=1.0)
         if waited is None:
             more = (f" (server {i + 1} of {len(clients)}: `axolotl vllm-serve` starts grpo.num_servers of them on "
                     "consecutive ports)" if len(clients) > 1 else "")
+            if started_by_rank_0:
+                raise ConnectionError(
+                    f"No vLLM server answered at {c.base_url}/health within {timeout:.0f} s{more}: rank 0 starts "
+                    "it (grpo.managed_server); its output and the server log (vllm_server.log in output_dir) say "
+                    "why it is not up. Raise grpo.server_timeout if it is still starting.")
             raise ConnectionError(
                 f"No vLLM server answered at {c.base_url}/health within {timeout:.0f} s{more}. Start it with "
                 "`axolotl vllm-serve <config.yaml>` in another terminal, or set `grpo.managed_server: true` "
