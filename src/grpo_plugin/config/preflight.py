@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from grpo_plugin.config.request_check import request_problems
 from grpo_plugin.config.schema import DEFAULT_SYNC
 from grpo_plugin.serverconfig import trainer_dtype
 from grpo_plugin.storage import default_sync_root
@@ -225,6 +226,7 @@ def config_problems(data: dict, *, atropos_marker: str | None = None) -> list[st
     for fqn in atropos.get("eval_reward_funcs") or []:
         problems.append(reward_func_problem(fqn, "grpo.atropos.eval_reward_funcs"))
     problems += agent_problems(grpo)
+    problems += request_problems(trl)
     base = data.get("base_model")
     p = _path_problem("base_model", base)
     if p:
