@@ -132,11 +132,12 @@ def soft_format_reward(completions, **kwargs) -> list[float]:
 
 
 # ---- dataset transforms --------------------------------------------------------------------------------
-def _system(cfg, dataset_idx: int) -> str:
+def system_prompt(cfg, dataset_idx: int, default: str = DEFAULT_SYSTEM_PROMPT) -> str:
+    """The dataset entry's `system_prompt`, else `default`."""
     if cfg is not None and hasattr(cfg, "get"):
         ds_cfg = (cfg.get("datasets") or [{}])[dataset_idx] or {}
-        return ds_cfg.get("system_prompt") or DEFAULT_SYSTEM_PROMPT
-    return DEFAULT_SYSTEM_PROMPT
+        return ds_cfg.get("system_prompt") or default
+    return default
 
 
 def code_row(example: dict, system: str, prompt_key: str, response_key: str) -> dict:
@@ -157,7 +158,7 @@ def code_row(example: dict, system: str, prompt_key: str, response_key: str) -> 
 
 def _factory(prompt_key: str, response_key: str):
     def factory(cfg=None, dataset_idx: int = 0, **kwargs):
-        system = _system(cfg, dataset_idx)
+        system = system_prompt(cfg, dataset_idx)
 
         def transform(example, tokenizer=None):
             return code_row(example, system, prompt_key, response_key)
@@ -175,7 +176,7 @@ def code_contest_transform(cfg=None, dataset_idx: int = 0, **kwargs):
     """Competitive-programming rows of any shape codedata/contests.py reads -> {prompt, tests, test_cases, reference}.
     A row that cannot be read stops the load with what is wrong (`python -m grpo_plugin.codedata.check FILE` lists
     every such row)."""
-    system = _system(cfg, dataset_idx)
+    system = system_prompt(cfg, dataset_idx)
     max_tests = int(os.environ.get("GRPO_CODE_MAX_TESTS", 32)) or None
 
     def transform(example, tokenizer=None):

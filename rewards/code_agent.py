@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 
-from rewards.code import run_programs
+from rewards.code import run_programs, system_prompt
 
 SYSTEM_PROMPT = (
     "You are an expert Python programmer. Write the function the task asks for. Call the run_tests tool with your "
@@ -82,8 +82,10 @@ class CodeAgent:
 def code_agent_transform(cfg=None, dataset_idx: int = 0, **kwargs):
     """Code rows ({"instruction", "test_cases"}, as rewards.code_transform reads them) -> {prompt, visible_tests,
     hidden_tests}: the first GRPO_AGENT_VISIBLE_TESTS tests (default 1) are the examples the prompt shows and the
-    tool runs; the rest are hidden (a row with one test keeps it hidden and shows none)."""
+    tool runs; the rest are hidden (a row with one test keeps it hidden and shows none). The dataset entry's
+    `system_prompt` replaces SYSTEM_PROMPT."""
     visible_count = int(os.environ.get("GRPO_AGENT_VISIBLE_TESTS", 1))
+    system = system_prompt(cfg, dataset_idx, SYSTEM_PROMPT)
 
     def transform(example, tokenizer=None):
         tests = _tests(example.get("test_cases"))
@@ -92,7 +94,7 @@ def code_agent_transform(cfg=None, dataset_idx: int = 0, **kwargs):
         task = str(example.get("instruction") or example.get("input") or "")
         if shown:
             task += "\n\nExample tests:\n" + "\n".join(shown)
-        prompt = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task}]
+        prompt = [{"role": "system", "content": system}, {"role": "user", "content": task}]
         return {"prompt": prompt, "visible_tests": json.dumps(shown), "hidden_tests": json.dumps(hidden)}
 
     return transform, {"remove_columns": "__all__"}

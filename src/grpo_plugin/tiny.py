@@ -173,82 +173,6 @@ def build_digit_task(out_file: str | Path, n: int = 512, seed: int = 0) -> Path:
     return out
 
 
-def build_tool_task(out_file: str | Path, n: int = 512, seed: int = 1) -> Path:
-    """The tool-calling demo's prompts (rewards/toy_tools.py): chat prompts "key <letters>"."""
-    rng = random.Random(seed)
-    out = Path(out_file)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w") as f:
-        for _ in range(n):
-            key = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 6)))
-            f.write(json.dumps({"prompt": [{"role": "user", "content": f"key {key}"}]}) + "\n")
-    return out
-
-
-TOOL_CALL = '<tool_call>\n{"name": "lookup", "arguments": {}}\n</tool_call>'
-
-
-def warm_start_tools(model_dir: str | Path, out_dir: str | Path, *, steps: int = 300, seed: int = 0) -> Path:
-    """A copy of the tiny model taught the tool-call format by a short supervised run (deterministic): for "key
-    <letters>" prompts with the `lookup` tool shown, half the examples call it and answer with the digit the tool
-    returned, half answer a digit at once. Only the model's tokens are trained (the tool result is not)."""
-    import torch  # here: `python -m grpo_plugin.tiny --help` stays light
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    def lookup() -> str:
-        """Look up the number to answer with.
-
-        Returns:
-            One digit.
-        """
-        return "0"
-
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32)
-    rng = random.Random(seed)
-    torch.manual_seed(seed)
-
-    def ids(text: str) -> list[int]:
-        return tok(text, add_special_tokens=False)["input_ids"]
-
-    def example() -> tuple[list[int], list[int]]:
-        key = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 6)))
-        prompt = tok.apply_chat_template([{"role": "user", "content": f"key {key}"}], tools=[lookup],
-                                         add_generation_prompt=True, tokenize=True, return_dict=False)
-        digit = str(rng.randrange(10))
-        if rng.random() < 0.5:
-            turn, result = ids(TOOL_CALL + "<|im_end|>"), ids(f"\n<|im_start|>tool\n{digit}<|im_end|>\n"
-                                                              "<|im_start|>assistant\n")
-            answer = ids(f"{digit}<|im_end|>")
-            seq = list(prompt) + turn + result + answer
-            labels = [-100] * len(prompt) + turn + [-100] * len(result) + answer
-        else:
-            answer = ids(f"{digit}<|im_end|>")
-            seq, labels = list(prompt) + answer, [-100] * len(prompt) + answer
-        return seq, labels
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for _ in range(steps):
-        rows = [example() for _ in range(16)]
-        width = max(len(s) for s, _ in rows)
-        input_ids = torch.tensor([s + [tok.pad_token_id] * (width - len(s)) for s, _ in rows])
-        labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in rows])
-        attention = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _ in rows])
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    out = Path(out_dir)
-    model.save_pretrained(str(out), safe_serialization=True)
-    tok.save_pretrained(str(out))
-    for name in ("generation_config.json",):
-        src = Path(model_dir) / name
-        if src.exists():
-            (out / name).write_text(src.read_text())
-    return out
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="demo",
@@ -259,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--size", choices=sorted(MODEL_SIZES), default="tiny", help="model shape (default: tiny)")
     ap.add_argument("--tool-warm-start", action="store_true",
                     help="also write <out>/tiny-<family>-tools (taught the tool-call format) and "
-                    "<out>/data/lookup.jsonl, for the tool-calling demo (docs/agents.md)")
+                    "<out>/data/lookup.jsonl, code_agent.jsonl, for the tool-calling demos (docs/agents.md)")
     args = ap.parse_args(argv)
     name = f"tiny-{args.family}" if args.size == "tiny" else f"{args.family}-{args.size}"
     model_dir = build_model(Path(args.out) / name, family=args.family,
@@ -267,8 +191,12 @@ def main(argv: list[str] | None = None) -> None:
     data = build_digit_task(Path(args.out) / "data" / "digits.jsonl")
     print(f"tiny model: {model_dir}\ntask data:  {data}")
     if args.tool_warm_start:
-        tools_dir = warm_start_tools(model_dir, Path(args.out) / f"{name}-tools")
-        print(f"tool model: {tools_dir}\ntool data:  {build_tool_task(Path(args.out) / 'data' / 'lookup.jsonl')}")
+        from grpo_plugin import tiny_tools  # here: the tool demo's builders, only when asked for
+
+        tools_dir = tiny_tools.warm_start_tools(model_dir, Path(args.out) / f"{name}-tools")
+        data_dir = Path(args.out) / "data"
+        print(f"tool model: {tools_dir}\ntool data:  {tiny_tools.build_tool_task(data_dir / 'lookup.jsonl')}, "
+              f"{tiny_tools.build_code_agent_task(data_dir / 'code_agent.jsonl')}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from axolotl.core.trainers.grpo.trainer import AxolotlAsyncGRPOTrainer
 from trl import GRPOTrainer
 
 from grpo_plugin.agents.attach import attach as attach_agents
+from grpo_plugin.agents.attach import environment_rewards
 from grpo_plugin.atropos.fetcher import AtroposTimeout
 from grpo_plugin.checkpoints import save_after_failure
 from grpo_plugin.compat.host import host
@@ -65,6 +66,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self.sync = SyncSession(self.grpo, client, world_size=training_args.world_size,
                                 overlapped=bool(training_args.async_prefetch) or self.grpo.atropos is not None,
                                 step=lambda: self.state.global_step, on_result=self.recorder.synced)
+        # grpo.environment_factory: environments with get_reward() are reward columns (TRL wants one at init)
+        args, self.grpo_environments = environment_rewards(self.grpo, args, kwargs)
         with without_trl_server_client():
             super().__init__(*args, **kwargs)  # builds the data producer (_create_data_producer)
 
@@ -93,7 +96,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
 
     # ---- rollouts ------------------------------------------------------------------------------
     def _create_data_producer(self, args, train_dataset):
-        attach_agents(self, self.grpo)  # grpo.tools / environment_factory: the tool loop is the rollout_func
+        attach_agents(self, self.grpo, self.grpo_environments)  # grpo.tools / environment_factory: the tool loop
         tok = self.processing_class
         spec = GenerationSpec(
             client=self.sync.client, gate=self.sync.gate, guard=self.sync.guard, tokenizer=tok,

@@ -1,14 +1,16 @@
-"""Tool calling through `axolotl train` (configs/agents/quickstart_environment.yaml with a standalone tool beside
-it): the task of rewards/toy_tools.py on the tiny model taught the call format (`python -m grpo_plugin.tiny
---tool-warm-start`), full fine-tuning (`restart`) on the session's full-weight server, unmanaged (its first push
-loads the run's own weights). One run holds both ways in: `grpo.tools: [lookup]` and
-`grpo.environment_factory: {vault: Vault, desk: Desk}`, the dataset's `environment` column alternating per prompt —
-a vault row calls its own instance's `lookup()` (the method replaces the standalone tool), a desk row the
-standalone one.
+"""Tool calling through `axolotl train` (configs/agents/quickstart_environment.yaml with a standalone tool and more
+environments beside it): the tasks of rewards/toy_tools.py and the code agent of rewards/code_agent.py on the tiny
+model taught the call formats (`python -m grpo_plugin.tiny --tool-warm-start`), full fine-tuning (`restart`) on the
+session's full-weight server, unmanaged (its first push loads the run's own weights). One run holds every way in:
+`grpo.tools: [lookup]` and `grpo.environment_factory: {vault: Vault, desk: Desk, code: CodeAgent}`, the dataset's
+`environment` column picking each prompt's — a vault row calls its own instance's `lookup()` (the method replaces
+the standalone tool), a desk row the standalone one, a code row `run_tests(code)`, run in the sandbox against the
+example test (the rows of configs/agents/quickstart_code_agent.yaml, as its transform makes them).
 
-Checked: every push verified, every turn sampled by the weights the step trains, the share of rollouts that call the
-tool rising, the reward rising, the tool results in no loss (axolotl's `tool_mask`) and in no length metric, and the
-`Vault` reward column (get_reward, read from each rollout's own instance) on vault rows only."""
+Checked: every push verified, every turn sampled by the weights the step trains, the share of rollouts that call a
+tool rising, the reward rising, the tool results in no loss (axolotl's `tool_mask`) and in no length metric, the
+`Vault` and `CodeAgent` reward columns (get_reward, read from each rollout's own instance) on their rows only, and
+`run_tests` calls executed in the sandbox, with the hidden tests passed by some program."""
 
 from __future__ import annotations
 
@@ -29,23 +31,34 @@ ROWS = 32  # completions per step: 4 prompts x 8 generations
 
 @pytest.fixture(scope="module")
 def tool_model(tiny_model_dir, tmp_path_factory) -> tuple[Path, Path]:
-    """The tiny model taught the tool-call format, and the task's prompts with an `environment` column."""
-    from grpo_plugin.tiny import build_tool_task, warm_start_tools
+    """The tiny model taught the tool-call formats, and the prompts: lookup rows alternating vault / desk, and
+    one code row in three, as rewards.code_agent_transform makes them."""
+    from grpo_plugin import tiny_tools
+    from rewards.code_agent import code_agent_transform
 
     root = tmp_path_factory.mktemp("tools")
-    data = build_tool_task(root / "lookup.jsonl", n=128)
-    rows = [json.loads(x) for x in data.read_text().splitlines()]
-    data.write_text("".join(json.dumps({**r, "environment": ("vault", "desk")[i % 2]}) + "\n"
-                            for i, r in enumerate(rows)))
-    return warm_start_tools(tiny_model_dir, root / "tiny-qwen2-tools"), data
+    data = tiny_tools.build_tool_task(root / "lookup.jsonl", n=128)
+    lookups = [json.loads(x) for x in data.read_text().splitlines()]
+    transform, _ = code_agent_transform({"datasets": [{"system_prompt": tiny_tools.CODE_SYSTEM}]})
+    code = transform({"instruction": tiny_tools.CODE_TASK, "test_cases": tiny_tools.CODE_TESTS})
+    rows = []
+    for i, r in enumerate(lookups):
+        rows.append({**r, "environment": ("vault", "desk")[i % 2]})
+        if i % 2:
+            rows.append({**code, "environment": "code"})
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tiny_tools.warm_start_tools(tiny_model_dir, root / "tiny-qwen2-tools"), data
 
 
 def test_tools_and_environments_the_model_learns_to_call_lookup(tmp_path, tool_model, cache_env,
                                                                  full_weight_server):
     model, data = tool_model
     path, cfg = quickstart(tmp_path, model, data, "agents/quickstart_environment.yaml", server=full_weight_server,
-                           max_steps=STEPS, grpo={"tools": ["rewards.toy_tools.lookup"], "environment_factory": {
-                               "vault": "rewards.toy_tools.Vault", "desk": "rewards.toy_tools.Desk"}})
+                           max_steps=STEPS, trl={"max_completion_length": 224}, learning_rate=1e-4,
+                           grpo={"tools": ["rewards.toy_tools.lookup"], "max_tool_calling_iterations": 2,
+                                 "environment_factory": {"vault": "rewards.toy_tools.Vault",
+                                                         "desk": "rewards.toy_tools.Desk",
+                                                         "code": "rewards.code_agent.CodeAgent"}})
     proc = train(path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
@@ -61,8 +74,9 @@ def test_tools_and_environments_the_model_learns_to_call_lookup(tmp_path, tool_m
     # the length metrics count the model's tokens only: the tool results are not the model's
     lengths = [float(x) for x in re.findall(r"'completions/mean_length': '([^']+)'", log)]
     assert len(lengths) == STEPS
-    for r, length in zip(recs, lengths):
-        assert abs(length - r["agent_model_tokens"] / ROWS) < 0.006, (length, r)
+    for r, length in zip(recs, lengths):  # the log keeps 4 significant digits
+        mean = r["agent_model_tokens"] / ROWS
+        assert abs(length - mean) <= max(0.006, 0.0006 * mean), (length, r)
     # get_reward() pays a vault rollout whose own instance's lookup() ran; desk rows have no Vault column (NaN,
     # left out of the mean; a step of desk prompts only logs none). It follows the call rate up.
     logged = [ast.literal_eval(m) for m in re.findall(r"\{'loss': [^{}]*\}", log)]
@@ -70,6 +84,12 @@ def test_tools_and_environments_the_model_learns_to_call_lookup(tmp_path, tool_m
     vault = [float(d["rewards/Vault/mean"]) for d in logged if d.get("rewards/Vault/mean") is not None]
     third = len(vault) // 3
     assert len(vault) >= STEPS // 2 and sum(vault[-third:]) > sum(vault[:third]), vault
+    # the code rows: every run_tests call ran in the sandbox (a sandbox failure would be a failed call), and the
+    # hidden tests, judged there when a rollout ended, passed for some program (CodeAgent's column)
+    code = [float(d["rewards/CodeAgent/mean"]) for d in logged if d.get("rewards/CodeAgent/mean") is not None]
+    assert code and max(code) > 0, code
+    ran = sum(r.get("agent_tool/run_tests/calls", 0) - r.get("agent_tool/run_tests/failures", 0) for r in recs)
+    assert ran > 0, recs  # calls that returned the sandbox's verdict
     s = json.loads((out / "grpo_summary.json").read_text())
     assert s["all_syncs_verified"] is True, s
     a = s["agent"]

@@ -111,3 +111,19 @@ def test_no_program_no_reward_and_unparsable_code_is_said(tok):
     assert agent.get_reward() == 0.0
     assert agent.run_tests("def add(a, b) return") == "The program is not valid Python (it does not parse)."
     assert agent.get_reward() == 0.0
+
+
+def test_the_tiny_code_tasks_prompt_and_replies_are_what_the_transform_and_the_tool_make():
+    """The warm start (grpo_plugin/tiny_tools.py) teaches the format on the prompt and tool replies the CPU code
+    agent will meet: the transform's prompt for its rows, the sandbox's replies to its two programs."""
+    from grpo_plugin import tiny_tools
+
+    transform, _ = code_agent_transform({"datasets": [{"system_prompt": tiny_tools.CODE_SYSTEM}]})
+    row = transform({"instruction": tiny_tools.CODE_TASK, "test_cases": tiny_tools.CODE_TESTS})
+    assert row["prompt"] == [{"role": "system", "content": tiny_tools.CODE_SYSTEM},
+                             {"role": "user", "content": tiny_tools.CODE_PROMPT}]
+    agent = CodeAgent()
+    agent.reset(**{k: v for k, v in row.items() if k != "prompt"})
+    for code, said in tiny_tools.REPLIES.items():
+        assert agent.run_tests(code) == said
+    assert agent.get_reward() == 0.0  # the last program run was the wrong one

@@ -44,9 +44,10 @@ def user_checkout(root, tiny_data_file=None):
             '"test_cases": ["assert add(1, 2) == 3"]}\n')
         (root / "demo" / "data").mkdir(parents=True)
         shutil.copy(tiny_data_file, root / "demo" / "data" / "digits.jsonl")
-        from grpo_plugin.tiny import build_tool_task
+        from grpo_plugin.tiny_tools import build_code_agent_task, build_tool_task
 
         build_tool_task(root / "demo" / "data" / "lookup.jsonl", n=8)
+        build_code_agent_task(root / "demo" / "data" / "code_agent.jsonl", n=8)
     return root
 
 

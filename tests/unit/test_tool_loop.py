@@ -16,7 +16,8 @@ from grpo_plugin.agents.environments import REWARD_FIELD, EnvironmentSet, reward
 from grpo_plugin.agents.tool_loop import ToolLoop
 from grpo_plugin.producers.agent_output import COMPLETIONS_KEY, METRICS_KEY, PROMPTS_KEY, check_output
 from grpo_plugin.server.client import Completion
-from grpo_plugin.tiny import TOOL_CALL, build_tokenizer
+from grpo_plugin.tiny import build_tokenizer
+from grpo_plugin.tiny_tools import TOOL_CALL
 from rewards import toy_tools
 
 PROMPT = [{"role": "user", "content": "key abc"}]
@@ -133,7 +134,8 @@ def test_a_raising_tool_an_unknown_tool_and_bad_arguments_become_errors_the_mode
     assert "7" not in tok.decode(script.contexts[-1][-40:])  # no result was made up
     m = out[METRICS_KEY]
     assert (m["agent_tool_calls"], m["agent_tool_failures"]) == (3, 3)
-    assert m["agent_tool/boom/failures"] == 1 and m["agent_tool/nope/failures"] == 1
+    assert m["agent_tool/boom/failures"] == 1 and m["agent_tool/(unknown)/failures"] == 1
+    assert not any("nope" in k for k in m)  # a name the model made up never becomes a metric's key
 
 
 def test_a_malformed_call_is_answered_with_an_error_and_counted(tok):
@@ -312,3 +314,26 @@ def test_the_tokenizer_needs_a_response_parser(tok, tmp_path):
     bare.response_template = None
     with pytest.raises(ValueError, match="not one TRL can parse tool calls for, and it has no `response_template`"):
         ensure_response_parser(bare)
+
+
+def test_environments_with_get_reward_are_reward_columns_before_the_host_trainer_is_built():
+    """TRL refuses a run without a reward source at init: an environment's get_reward() must be a reward function
+    by then (a run may have no other), weight 1 beside the configured weights."""
+    from grpo_plugin.agents.attach import environment_rewards
+    from grpo_plugin.config.schema import GRPOSettings
+
+    def mine(completions, **kw):
+        return [0.0] * len(completions)
+
+    kwargs = {"args": SimpleNamespace(reward_weights=[0.5])}
+    args, envs = environment_rewards(GRPOSettings(environment_factory={"v": "rewards.toy_tools.Vault",
+                                                                        "d": "rewards.toy_tools.Desk"}),
+                                     ("model", [mine]), kwargs)  # axolotl passes (model, reward_funcs)
+    assert args == ("model",)
+    assert [f.__name__ for f in kwargs["reward_funcs"]] == ["mine", "Vault"]  # Desk owns no reward
+    assert kwargs["args"].reward_weights == [0.5, 1.0]
+    assert set(envs.factories) == {"v", "d"} and envs.reward_types == [toy_tools.Vault]
+    kwargs = {"reward_funcs": [], "args": SimpleNamespace(reward_weights=None)}
+    environment_rewards(GRPOSettings(environment_factory="rewards.code_agent.CodeAgent"), ("model",), kwargs)
+    assert [f.__name__ for f in kwargs["reward_funcs"]] == ["CodeAgent"] and kwargs["args"].reward_weights is None
+    assert environment_rewards(GRPOSettings(tools=["rewards.toy_tools.lookup"]), ("m", []), {}) == (("m", []), None)

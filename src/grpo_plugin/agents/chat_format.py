@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 MALFORMED = "(malformed)"  # the tool name a call that could not be read is counted under
+UNKNOWN = "(unknown)"  # ... and a call naming a tool the rollout does not have
 
 
 class TurnParse:

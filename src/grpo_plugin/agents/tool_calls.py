@@ -13,7 +13,7 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from grpo_plugin.agents.chat_format import MALFORMED, tool_message
+from grpo_plugin.agents.chat_format import MALFORMED, UNKNOWN, tool_message
 
 OUTCOMES = ("ok", "error", "unknown", "timeout", "malformed")
 
@@ -71,8 +71,8 @@ class ToolRunner:
             messages.append(tool_message(MALFORMED, {"error": malformed}))
         for name, arguments in calls:
             fn = tools.get(name)
-            if fn is None:
-                stats.add(name, "unknown")
+            if fn is None:  # counted under one label: the metrics' keys never hold what the model made up
+                stats.add(UNKNOWN, "unknown")
                 failed += 1
                 known = ", ".join(sorted(tools)) or "none"
                 messages.append(tool_message(name, {"error": f"Tool {name} not found (tools: {known})."}))
