@@ -82,8 +82,8 @@ class CodeAgent:
 def code_agent_transform(cfg=None, dataset_idx: int = 0, **kwargs):
     """Code rows ({"instruction", "test_cases"}, as rewards.code_transform reads them) -> {prompt, visible_tests,
     hidden_tests}: the first GRPO_AGENT_VISIBLE_TESTS tests (default 1) are the examples the prompt shows and the
-    tool runs; the rest are hidden (a row with one test keeps it hidden and shows none). The dataset entry's
-    `system_prompt` replaces SYSTEM_PROMPT."""
+    tool runs; the rest are hidden (a row with one test keeps it hidden and shows none). A row's `system` column, else
+    the dataset entry's `system_prompt`, replaces SYSTEM_PROMPT."""
     visible_count = int(os.environ.get("GRPO_AGENT_VISIBLE_TESTS", 1))
     system = system_prompt(cfg, dataset_idx, SYSTEM_PROMPT)
 
@@ -94,7 +94,8 @@ def code_agent_transform(cfg=None, dataset_idx: int = 0, **kwargs):
         task = str(example.get("instruction") or example.get("input") or "")
         if shown:
             task += "\n\nExample tests:\n" + "\n".join(shown)
-        prompt = [{"role": "system", "content": system}, {"role": "user", "content": task}]
+        prompt = [{"role": "system", "content": str(example.get("system") or system)},
+                  {"role": "user", "content": task}]
         return {"prompt": prompt, "visible_tests": json.dumps(shown), "hidden_tests": json.dumps(hidden)}
 
     return transform, {"remove_columns": "__all__"}

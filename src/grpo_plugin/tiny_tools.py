@@ -46,8 +46,8 @@ def build_code_agent_task(out_file: str | Path, n: int = 64) -> Path:
     """The tiny code agent's rows, in the code dataset format (`type: rewards.code_agent_transform`)."""
     out = Path(out_file)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps({"instruction": CODE_TASK, "test_cases": CODE_TESTS}) + "\n"
-                           for _ in range(n)))
+    out.write_text("".join(json.dumps({"instruction": CODE_TASK, "test_cases": CODE_TESTS, "system": CODE_SYSTEM})
+                           + "\n" for _ in range(n)))
     return out
 
 

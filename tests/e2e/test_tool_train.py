@@ -39,8 +39,9 @@ def tool_model(tiny_model_dir, tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("tools")
     data = tiny_tools.build_tool_task(root / "lookup.jsonl", n=128)
     lookups = [json.loads(x) for x in data.read_text().splitlines()]
-    transform, _ = code_agent_transform({"datasets": [{"system_prompt": tiny_tools.CODE_SYSTEM}]})
-    code = transform({"instruction": tiny_tools.CODE_TASK, "test_cases": tiny_tools.CODE_TESTS})
+    transform, _ = code_agent_transform()
+    code_rows = tiny_tools.build_code_agent_task(root / "code_agent.jsonl", n=1).read_text().splitlines()
+    code = transform(json.loads(code_rows[0]))  # as configs/agents/quickstart_code_agent.yaml's rows become
     rows = []
     for i, r in enumerate(lookups):
         rows.append({**r, "environment": ("vault", "desk")[i % 2]})

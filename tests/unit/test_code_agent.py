@@ -113,13 +113,14 @@ def test_no_program_no_reward_and_unparsable_code_is_said(tok):
     assert agent.get_reward() == 0.0
 
 
-def test_the_tiny_code_tasks_prompt_and_replies_are_what_the_transform_and_the_tool_make():
+def test_the_tiny_code_tasks_prompt_and_replies_are_what_the_transform_and_the_tool_make(tmp_path):
     """The warm start (grpo_plugin/tiny_tools.py) teaches the format on the prompt and tool replies the CPU code
     agent will meet: the transform's prompt for its rows, the sandbox's replies to its two programs."""
     from grpo_plugin import tiny_tools
 
-    transform, _ = code_agent_transform({"datasets": [{"system_prompt": tiny_tools.CODE_SYSTEM}]})
-    row = transform({"instruction": tiny_tools.CODE_TASK, "test_cases": tiny_tools.CODE_TESTS})
+    transform, _ = code_agent_transform()
+    rows = tiny_tools.build_code_agent_task(tmp_path / "code_agent.jsonl", n=1).read_text().splitlines()
+    row = transform(json.loads(rows[0]))
     assert row["prompt"] == [{"role": "system", "content": tiny_tools.CODE_SYSTEM},
                              {"role": "user", "content": tiny_tools.CODE_PROMPT}]
     agent = CodeAgent()
