@@ -171,8 +171,14 @@ class Sleepy:
         Returns:
             Nothing, ever.
         """
+        self.waiting = True
         self.release.wait(30)
         return "late"
+
+    def get_reward(self) -> float:
+        if getattr(self, "waiting", False):
+            self.release.wait(30)  # as an environment whose state the hung call holds would
+        return 1.0
 
 
 def test_a_hanging_tool_times_out_and_its_environment_is_not_used_again(tok):
@@ -187,6 +193,7 @@ def test_a_hanging_tool_times_out_and_its_environment_is_not_used_again(tok):
     said = out[COMPLETIONS_KEY][0]
     assert "did not return within 0.3 s" in said[1]["content"] and out["tool_failures"] == [1]
     assert out[METRICS_KEY]["agent_tool/wait/failures"] == 1
+    assert out[REWARD_FIELD] == [None]  # its get_reward() is not read (it would wait on the hung call)
     loop(environments=envs)([PROMPT], trainer(tok, Script(tok, [["2<|im_end|>"]])))
     assert Sleepy.built == 2  # the hung instance was dropped, a new one built
 

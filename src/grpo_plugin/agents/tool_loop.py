@@ -137,5 +137,7 @@ class ToolLoop:
                "tool_calls": calls, "tool_failures": failures, "turns": turns,
                COMPLETIONS_KEY: said, PROMPTS_KEY: messages, METRICS_KEY: tool_metrics(counts, n, calls)}
         if self.environments and self.environments.reward_types:
-            out[REWARD_FIELD] = [self.environments.reward_of(inst) for inst in instances]
+            # an instance whose tool call hung may hold a lock its get_reward() needs: that row is not scored by it
+            out[REWARD_FIELD] = [None if bad else self.environments.reward_of(inst)
+                                 for inst, bad in zip(instances, hung)]
         return out
