@@ -14,6 +14,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from grpo_plugin.agents.chat_format import MALFORMED, UNKNOWN, tool_message
+from grpo_plugin.producers.agent import in_thread
 
 OUTCOMES = ("ok", "error", "unknown", "timeout", "malformed")
 
@@ -38,21 +39,11 @@ class ToolStats:
 def _call(fn, arguments: dict, timeout: float):
     """`fn(**arguments)` (a coroutine function: run to its end) in a daemon thread, waited for `timeout` s.
     Returns (finished, value, error)."""
-    box: dict = {}
+    def run():
+        value = fn(**arguments)
+        return asyncio.run(value) if inspect.iscoroutine(value) else value
 
-    def target():
-        try:
-            value = fn(**arguments)
-            box["value"] = asyncio.run(value) if inspect.iscoroutine(value) else value
-        except BaseException as exc:  # noqa: BLE001 - becomes the model's error message
-            box["error"] = exc
-
-    t = threading.Thread(target=target, name="grpo-tool-call", daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        return False, None, None
-    return True, box.get("value"), box.get("error")
+    return in_thread(run, timeout, "grpo-tool-call")
 
 
 class ToolRunner:

@@ -100,26 +100,35 @@ class TrainerView:
         setattr(self._trainer, name, value)
 
 
-def call_with_timeout(func, args: tuple, timeout: float | None, name: str):
-    """`func(*args)` in a thread of its own, waited for at most `timeout` seconds (a hung call is left behind, as
-    a daemon: the run stops with a RolloutFuncError)."""
+def in_thread(func, timeout: float | None, name: str) -> tuple[bool, object, BaseException | None]:
+    """`func()` in a daemon thread of its own, waited for at most `timeout` seconds: (finished, value, error). A call
+    that does not finish is left behind (a daemon)."""
     box: dict = {}
 
     def target():
         try:
-            box["value"] = func(*args)
+            box["value"] = func()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             box["error"] = exc
 
-    t = threading.Thread(target=target, name="grpo-rollout-func", daemon=True)
+    t = threading.Thread(target=target, name=name, daemon=True)
     t.start()
     t.join(timeout)
     if t.is_alive():
+        return False, None, None
+    return True, box.get("value"), box.get("error")
+
+
+def call_with_timeout(func, args: tuple, timeout: float | None, name: str):
+    """`func(*args)` in a thread of its own, waited for at most `timeout` seconds (a hung call is left behind, as
+    a daemon: the run stops with a RolloutFuncError)."""
+    finished, value, error = in_thread(lambda: func(*args), timeout, "grpo-rollout-func")
+    if not finished:
         raise RolloutFuncError(f"trl.rollout_func {name} did not return within grpo.rollout_timeout={timeout:g} s "
                                f"({len(args[0])} prompt rows): raise grpo.rollout_timeout if its rollouts take longer")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    if error is not None:
+        raise error
+    return value
 
 
 class AgentRolloutProducer(LocalRolloutProducer):
