@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import re
 
-# request field -> the trl: key that sets it (any other field comes from trl.generation_kwargs)
-FIELD_KEYS = {"n": "trl.num_generations", "max_tokens": "trl.max_completion_length", "temperature": "trl.temperature",
-              "top_p": "trl.top_p", "top_k": "trl.top_k", "min_p": "trl.min_p",
-              "repetition_penalty": "trl.repetition_penalty"}
+# trl: key -> the request field it sets (any other field comes from trl.generation_kwargs)
 _TRL_KEYS = {"num_generations": "n", "max_completion_length": "max_tokens", "temperature": "temperature",
              "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty"}
+FIELD_KEYS = {field: f"trl.{key}" for key, field in _TRL_KEYS.items()}
 
 
 def request_of(trl: dict) -> dict:
