@@ -9,6 +9,7 @@ import os
 import random
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -153,10 +154,16 @@ def free_ports(n: int) -> int:
     raise RuntimeError(f"no {n} consecutive free ports found")
 
 
+# One vLLM cache for every server the tests start (with or without `cache_env`), shared by both pytest-xdist workers
+# and by the sessions of both stacks (the same vLLM): a server's first start on an empty cache inspects the model
+# class in a subprocess of its own (~16 s of imports here, once per architecture instead of once per worker and
+# session). vLLM keys each entry by its model module's content and writes it atomically.
+os.environ.setdefault("VLLM_CACHE_ROOT", str(Path(tempfile.gettempdir()) / f"grpo-tests-{os.getuid()}" / "vllm"))
+
+
 @pytest.fixture(scope="session")
 def cache_env(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("vllm-cache")
-    os.environ.setdefault("VLLM_CACHE_ROOT", str(cache / "vllm"))
+    cache = tmp_path_factory.mktemp("inductor-cache")
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
     return cache
 

@@ -24,6 +24,7 @@ from tests.conftest import ROOT
 from tests.e2e.test_async_prefetch import _check_async
 from tests.e2e.test_axolotl_train import (
     BIN,
+    EVAL,
     FAST,
     env,
     gone,
@@ -33,6 +34,7 @@ from tests.e2e.test_axolotl_train import (
     start_vllm_serve,
     sync_dirs,
 )
+from tests.e2e.test_restart_train import check_restart_quickstart
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TOL = 1e-4  # fp32 quickstarts
@@ -151,11 +153,14 @@ def test_full_weight_modes_survive_a_killed_or_hung_managed_server(mode, tmp_pat
     if mode == "restart_process":  # every push is a 30 s restart here: fewer steps, no learning claim
         grpo.update(restart_strategy="process", sync_interval=6)
         steps, fault_at = 10, 2  # the recovery (a push) at step 3, the next regular push 6 steps after it
+    # restart_reload's run is also the restart quickstart's, as a user runs it (the user's command, an eval set):
+    # on this stack tests/e2e/test_restart_train.py is left to the legacy stack, which runs no fault test
+    quick = mode == "restart_reload"
     before = sync_dirs("restart")
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=config, max_steps=steps, grpo=grpo,
-                           trl=trl)
+                           trl=trl, **(EVAL if quick else {}))
     log = tmp_path / "train.log"
-    proc = _start_train(path, log)
+    proc = _start_train(path, log, () if quick else FAST)
     try:
         _wait_step(cfg, fault_at, proc, log)
         first = _server_of(proc)
@@ -168,6 +173,8 @@ def test_full_weight_modes_survive_a_killed_or_hung_managed_server(mode, tmp_pat
     assert hits[0]["step"] > fault_at, hits
     if FAULTS[mode] == "hang":
         assert "no answer to /health" in hits[0]["server_outage_detail"][0]["cause"], hits[0]
+    if quick:  # what tests/e2e/test_restart_train.py checks of the quickstart
+        check_restart_quickstart(cfg, recs, text, steps)
     assert gone(first.pid, timeout=5)  # a hung server is ours: stopped, not left behind
     s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
     if mode == "ipc":
