@@ -1,6 +1,7 @@
-"""QLoRA and 8-bit bases, and the memory-lean optimizers, through `axolotl train` on the shared session servers
-(tests/conftest.py, as if started with `axolotl vllm-serve`): the server serves the trainer's dequantized base,
-every adapter push is verified, the reward rises, and the server gets its own checkpoint back when the run ends."""
+"""QLoRA and 8-bit bases, with the memory-lean optimizers a QLoRA user picks, through `axolotl train` on the shared
+session server (tests/conftest.py, as if started with `axolotl vllm-serve`): the server serves the trainer's
+dequantized base, every adapter push is verified, the reward rises, and the server gets its own checkpoint back
+when the run ends."""
 
 from __future__ import annotations
 
@@ -56,17 +57,4 @@ def test_quantized_base_quickstart_learns_with_every_sync_verified(base, tmp_pat
     assert probe.logprob_diff(after, before)[1] == 0.0
 
 
-def test_adafactor_full_fine_tune_with_every_sync_verified(tmp_path, tiny_model_dir, tiny_data_file, cache_env,
-                                                           full_weight_server):
-    """Adafactor, the memory-lean choice for full fine-tuning (factored second moments, no first moment), through
-    `restart` on the shared full-weight server."""
-    steps = 4
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml",
-                           server=full_weight_server, max_steps=steps, optimizer="adafactor")
-    proc = train(path)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-5000:]
-    summary = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
-    assert summary["optimizer"] == "Adafactor", summary["optimizer"]
-    assert summary["all_syncs_verified"] is True and summary["num_syncs"] == steps
-    assert summary["sync_logprob_diff_max"] <= 1e-4
+# Adafactor, the memory-lean choice for full fine-tuning, trains the GSM8K run (tests/e2e/test_gsm8k_train.py).
