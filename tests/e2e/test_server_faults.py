@@ -253,7 +253,10 @@ def test_unmanaged_server_killed_and_restarted_by_the_user(config, tmp_path, tin
 
 
 def test_restarts_exhausted_saves_a_checkpoint_that_resumes_with_a_verified_first_sync(
-        tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+        tmp_path, tiny_model_dir, tiny_data_file, cache_env, vllm_server):
+    """Run 1's managed server dies with `server_restarts: 0`: a checkpoint is saved and the resume command printed.
+    Run 2 resumes from it against a server the user started (the session's, as `axolotl vllm-serve` would): the
+    checkpoint's adapter is pushed and verified before its first rollout."""
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=10,
                            grpo={"server_restarts": 0})
     proc, text = _train_killing_the_server_at(path, cfg, tmp_path / "run1.log", 4)
@@ -268,7 +271,7 @@ def test_restarts_exhausted_saves_a_checkpoint_that_resumes_with_a_verified_firs
     assert f"saved to {ckpt}" in text and f"resume_from_checkpoint: {ckpt}" in text, text[-3000:]
     run1 = _records(cfg)
 
-    path2, _ = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=trained + 3,
+    path2, _ = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=trained + 3, server=vllm_server,
                           output_dir=str(out), resume_from_checkpoint=str(ckpt))
     log2 = tmp_path / "run2.log"
     proc2 = _start_train(path2, log2)
