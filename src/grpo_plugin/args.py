@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, ValidationError, model_validator
 
 from grpo_plugin.config.checks import ATROPOS_DATASET_MARKER, check_cross_keys
+from grpo_plugin.config.errors import problems_message
+from grpo_plugin.config.lookups import settings_of
 from grpo_plugin.config.preflight import config_problems
 from grpo_plugin.config.schema import GRPOSettings
 from grpo_plugin.sync.rules import check_mode
@@ -24,10 +26,28 @@ class GRPOPluginArgs(BaseModel):
     @classmethod
     def _grpo_cross_checks(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            check_cross_keys(data)
-            check_mode(data)
-            problems = config_problems(data, atropos_marker=ATROPOS_DATASET_MARKER)
+            problems = every_problem(data)
             if problems:
-                raise ValueError(f"grpo_plugin found {len(problems)} problem(s) in the config (nothing was "
-                                 "loaded):\n" + "\n".join(f"  - {p}" for p in problems))
+                raise ValueError(problems_message(problems))
         return data
+
+
+def every_problem(data: dict) -> list[str]:
+    """Every problem the plugin finds in the config, in one pass: the `grpo:` block's schema, the cross-key checks,
+    the sync mode's rules (each of those stops at its first problem) and every check of what the config points at."""
+    problems = []
+    try:
+        settings_of(data)
+    except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        if not isinstance(exc, ValidationError):
+            return [f"grpo: must be a block of keys (see docs/config.md) ({exc})"]
+        for error in exc.errors():
+            msg = str(error["msg"]).removeprefix("Value error, ")
+            loc = ".".join(str(x) for x in error.get("loc") or ())
+            problems.append(f"grpo.{loc}: {msg}" if loc else msg)
+    for check in (check_cross_keys, check_mode):
+        try:
+            check(data)
+        except ValueError as exc:
+            problems.append(str(exc))
+    return problems + config_problems(data, atropos_marker=ATROPOS_DATASET_MARKER)

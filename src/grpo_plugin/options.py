@@ -196,6 +196,9 @@ NOT_AXOLOTL_KEYS_INSTEAD: dict[str, str] = {
     "vllm_max_model_length": "vllm.max_model_len",
     "vllm_tensor_parallel_size": "vllm.tensor_parallel_size",
     "max_tool_calling_iterations": "grpo.max_tool_calling_iterations (with grpo.tools / grpo.environment_factory)",
+    # not in TRL 1.x's GRPOConfig any more: configs written for older TRL still carry it
+    "max_prompt_length": "shorten or filter long prompts in the dataset transform (TRL 1.x removed this key and "
+                         "axolotl has no prompt cap)",
 }
 
 # Fields of the generation request the plugin sets itself (server/client.py generate), so trl.generation_kwargs may

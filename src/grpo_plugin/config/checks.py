@@ -15,6 +15,7 @@ from grpo_plugin.options import (
     GENERATION_KWARGS_INSTEAD,
     LOSS_TYPES,
     NOT_AXOLOTL_KEYS_INSTEAD,
+    OPTIONS,
     REFUSED_WHEN_SET,
 )
 from grpo_plugin.runtime import SERVER_HOST, SERVER_PORT, config_value, is_local, world_size
@@ -82,8 +83,10 @@ def trl_problems(trl: dict) -> list[str]:
     problems = []
     for key in sorted(set(trl) - set(known), key=str):
         close = difflib.get_close_matches(str(key), known, n=1)
+        # a TRL setting axolotl does not carry is no typo: a "did you mean" would name an unrelated key
         hint = (f" Instead: {NOT_AXOLOTL_KEYS_INSTEAD[key]}." if key in NOT_AXOLOTL_KEYS_INSTEAD
-                else f" Did you mean trl.{close[0]}?" if close else "")
+                else " A TRL setting axolotl does not pass on; nothing in axolotl's config replaces it."
+                if key in OPTIONS else f" Did you mean trl.{close[0]}?" if close else "")
         problems.append(f"trl.{key}: not a key of axolotl's `trl:` block, which would drop it silently (TRL's "
                         f"default would apply).{hint}")
     for key, (off, why) in REFUSED_WHEN_SET.items():
