@@ -37,6 +37,9 @@ def fill_defaults(cfg) -> None:
         # others wait in them (a deadlock; config/checks.py refuses an explicit true)
         trl.setdefault("skip_zero_advantage_batches", False)
     _keep_the_kl(trl)
+    note = truncation_note(trl)
+    if note:
+        LOG.warning("grpo_plugin: %s", note)
     vllm.setdefault("serve_module", SERVE_MODULE)
     vllm.setdefault("host", SERVER_HOST)
     vllm.setdefault("port", SERVER_PORT)
@@ -64,6 +67,42 @@ def _keep_the_kl(trl: dict) -> None:
                     "drift from the reference on those steps; the log counts them as skipped_zero_adv_batches). "
                     "Remove the key to apply the KL on every step.", beta)
     trl.setdefault("skip_zero_advantage_batches", False)
+
+
+def truncated_by(trl: dict) -> list[str]:
+    """The `trl:` sampling settings that truncate the distribution vLLM samples from (top-k, top-p, min-p)."""
+    def num(key, off):
+        try:
+            return float(trl.get(key) if trl.get(key) is not None else off)
+        except (TypeError, ValueError):
+            return off  # validation reports it
+
+    found = []
+    if num("top_k", 0) > 0:
+        found.append(f"trl.top_k={trl['top_k']}")
+    if num("top_p", 1.0) < 1.0:
+        found.append(f"trl.top_p={trl['top_p']}")
+    if num("min_p", 0.0) > 0.0:
+        found.append(f"trl.min_p={trl['min_p']}")
+    return found
+
+
+def truncation_note(trl: dict) -> str | None:
+    """What truncated sampling does to the importance-sampling ratio, for the start of a run that uses it (None
+    without truncation). vLLM samples from the truncated, renormalised distribution and reports its logprobs
+    (`--logprobs-mode processed_logprobs`); the trainer scores the full one at the same temperature, as TRL does.
+    A sampled token's ratio pi/pi_sampler is then the probability mass the truncation kept at that position: below
+    1 on every step, also right after a verified sync. The plugin keeps TRL's choice (the trained policy is the
+    untruncated one; axolotl's correction caps ratios above, not below); the sync probe reads prompt logprobs at
+    the temperature only, so its verdict and tolerance do not move."""
+    found = truncated_by(trl)
+    if not found:
+        return None
+    return (f"{', '.join(found)} truncates the distribution vLLM samples from, while the trainer scores the full "
+            "one (as TRL does): the importance-sampling ratio (sampling/importance_sampling_ratio/mean) sits below "
+            "1 by the probability mass the truncation drops, on every step, also right after a verified sync. "
+            "That is the truncation, not stale weights: the sync probe does not use it (docs/modes.md, Truncated "
+            "sampling).")
 
 
 def _fill_atropos(cfg, trl, atropos: dict) -> None:
