@@ -124,11 +124,12 @@ def test_quickstart_and_third_party_environments_learn_on_every_route_with_every
     assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
     # the untrained model's completions are ~5-10% digits: an environment whose samples did not come from the
     # policy being trained (the OpenAI route's base-named requests served by the base model) stays there. How many
-    # groups each environment gets into the run depends on timing (one got 5 of them, and its last rows came
-    # while the policy was still learning: 0.40), so each must end well above the untrained model and above its
-    # own start, not at a fixed level
+    # groups each environment gets into the run, and when, depends on timing (one got 5 of them, and its last rows
+    # came while the policy was still learning: 0.40; one started only once the policy had learned: 0.84 at its
+    # start), so each must end well above the untrained model and not below its own start (within a group's noise)
     for env_id, e in a["envs"].items():
-        assert e["reward_mean_last_20pct"] > max(0.3, e["reward_mean_first_20pct"] + 0.2), (env_id, a["envs"])
+        last, first = e["reward_mean_last_20pct"], e["reward_mean_first_20pct"]
+        assert last > 0.3 and last >= first - 0.1, (env_id, a["envs"])
     # the eval set, generated on the run's server with the evaluated step's weights, scored by the eval rewards
     evaluated = [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_eval.jsonl").read_text().splitlines()]
     assert [e["step"] for e in evaluated] == [0, 10, 20], evaluated
