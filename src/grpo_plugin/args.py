@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError, model_validator
 
 from grpo_plugin.config.checks import ATROPOS_DATASET_MARKER, check_cross_keys
-from grpo_plugin.config.errors import problems_message
+from grpo_plugin.config.errors import error_lines, problems_message
 from grpo_plugin.config.lookups import settings_of
 from grpo_plugin.config.preflight import config_problems
 from grpo_plugin.config.schema import GRPOSettings
@@ -41,10 +41,7 @@ def every_problem(data: dict) -> list[str]:
     except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         if not isinstance(exc, ValidationError):
             return [f"grpo: must be a block of keys (see docs/config.md) ({exc})"]
-        for error in exc.errors():
-            msg = str(error["msg"]).removeprefix("Value error, ")
-            loc = ".".join(str(x) for x in error.get("loc") or ())
-            problems.append(f"grpo.{loc}: {msg}" if loc else msg)
+        problems += error_lines(exc, prefix="grpo.")
     for check in (check_cross_keys, check_mode):
         try:
             check(data)

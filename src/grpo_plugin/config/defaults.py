@@ -69,21 +69,18 @@ def _keep_the_kl(trl: dict) -> None:
     trl.setdefault("skip_zero_advantage_batches", False)
 
 
+_TRUNCATES = {"top_k": lambda v: v > 0, "top_p": lambda v: v < 1.0, "min_p": lambda v: v > 0.0}
+
+
 def truncated_by(trl: dict) -> list[str]:
     """The `trl:` sampling settings that truncate the distribution vLLM samples from (top-k, top-p, min-p)."""
-    def num(key, off):
-        try:
-            return float(trl.get(key) if trl.get(key) is not None else off)
-        except (TypeError, ValueError):
-            return off  # validation reports it
-
     found = []
-    if num("top_k", 0) > 0:
-        found.append(f"trl.top_k={trl['top_k']}")
-    if num("top_p", 1.0) < 1.0:
-        found.append(f"trl.top_p={trl['top_p']}")
-    if num("min_p", 0.0) > 0.0:
-        found.append(f"trl.min_p={trl['min_p']}")
+    for key, truncates in _TRUNCATES.items():
+        try:
+            if trl.get(key) is not None and truncates(float(trl[key])):
+                found.append(f"trl.{key}={trl[key]}")
+        except (TypeError, ValueError):
+            pass  # not a number: validation reports it
     return found
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 
 HEADER = "grpo_plugin found {n} problem(s) in the config (nothing was loaded):"
-_VALUE_ERROR = "Value error, "
 
 
 def problems_message(problems: list[str]) -> str:
@@ -22,6 +21,16 @@ def indent(text: str) -> str:
     return text.replace("\n", "\n    ")
 
 
+def error_lines(exc, prefix: str = "") -> list[str]:
+    """Each error of a pydantic ValidationError as `<prefix><key>: <message>` (pydantic's "Value error, " dropped)."""
+    lines = []
+    for error in exc.errors():
+        msg = str(error.get("msg", "")).removeprefix("Value error, ")
+        loc = ".".join(str(x) for x in error.get("loc") or ())
+        lines.append(f"{prefix}{loc}: {msg}" if loc else msg)
+    return lines
+
+
 def block(exc: BaseException) -> str | None:
     """The block for axolotl's config ValidationError; None for any other exception."""
     from pydantic import ValidationError
@@ -29,15 +38,12 @@ def block(exc: BaseException) -> str | None:
     if not isinstance(exc, ValidationError) or not str(exc.title).startswith("Axolotl"):
         return None
     items = []
-    for error in exc.errors():
-        msg = str(error.get("msg", ""))
-        msg = msg[len(_VALUE_ERROR):] if msg.startswith(_VALUE_ERROR) else msg
-        head, _, rest = msg.partition("\n")
-        if head.startswith("grpo_plugin found ") and rest:  # the plugin's own: already one item per problem
-            items += [rest]
-            continue
-        loc = ".".join(str(x) for x in error.get("loc") or ())
-        items.append(f"  - {indent(f'{loc}: {msg}' if loc else msg)}")
+    for line in error_lines(exc):
+        head, _, rest = line.partition("\n")
+        if head.startswith(HEADER.split("{n}")[0]) and rest:  # the plugin's own: already one item per problem
+            items.append(rest)
+        else:
+            items.append(f"  - {indent(line)}")
     return ("[grpo_plugin] the config cannot be used; nothing was loaded. Fix these and run the command again:\n"
             + "\n".join(items))
 
