@@ -25,7 +25,7 @@ import yaml
 
 from grpo_plugin.metrics import report
 from rewards.toy_agent import ENV_REPLY
-from tests.e2e.test_axolotl_train import quickstart, train
+from tests.e2e.test_axolotl_train import quickstart, sampling_gaps, train
 
 pytestmark = pytest.mark.e2e
 STEPS = 16  # the tiny task's reward takes off around steps 3-10
@@ -63,7 +63,7 @@ def _check(cfg: dict, log: str, *, handle: bool, prefetched: bool = False) -> li
         assert abs(length - r["agent_model_tokens"] / 32) < 0.006, (length, r)  # the log rounds to 2 decimals
     # the trainer scores each model token with the context the server sampled it in, the environment's reply
     # included (it stays in the attention mask): at lag 0 in fp32 the two logprobs agree to numerics
-    gaps = [float(x) for x in re.findall(r"'sampling/sampling_logp_difference/mean': '([^']+)'", log)]
+    gaps = sampling_gaps(log)
     assert len(gaps) == STEPS
     assert max(g for g, lag in zip(gaps, lags) if lag == 0) < 1e-4, list(zip(gaps, lags))
     s = json.loads((out / "grpo_summary.json").read_text())

@@ -68,6 +68,11 @@ def train(path: Path, launcher: tuple[str, ...] = FAST) -> subprocess.CompletedP
                           capture_output=True, timeout=900)
 
 
+def sampling_gaps(log: str) -> list[float]:
+    """Each step's mean |vLLM's sampling logprob - the trainer's| as axolotl logs it."""
+    return [float(x) for x in re.findall(r"'sampling/sampling_logp_difference/mean': '([^']+)'", log)]
+
+
 def managed_pid(log: str) -> int:
     m = re.search(r"started managed vLLM server pid (\d+)", log)
     assert m, f"no managed server start line in:\n{log[-3000:]}"
@@ -125,7 +130,7 @@ def test_quickstart_managed_server_learns_and_verifies_every_sync(tmp_path, tiny
     # num_tiles TypeError / 7-of-8 unpack elsewhere works here.
     assert "sampling/importance_sampling_ratio/mean" in log and "grpo/sync_ms" in log
     # the trainer's re-scoring of each rollout agrees with vLLM's sampling logprobs (fp32: no bf16 autocast)
-    gaps = [float(x) for x in re.findall(r"'sampling/sampling_logp_difference/mean': '([^']+)'", log)]
+    gaps = sampling_gaps(log)
     assert len(gaps) == steps and max(gaps) < 1e-4, gaps
     assert gone(managed_pid(log), timeout=5), "the managed server outlived `axolotl train`"
     assert_evaluated(out, summary, log, steps)

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from grpo_plugin.compat.host import host
-from tests.e2e.test_axolotl_train import gone, left_behind, managed_pid, quickstart, start_vllm_serve, sync_dirs, train
+from tests.e2e.test_axolotl_train import (
+    gone,
+    left_behind,
+    managed_pid,
+    quickstart,
+    sampling_gaps,
+    start_vllm_serve,
+    sync_dirs,
+    train,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +39,7 @@ def check_ipc_quickstart(cfg: dict, log: str, steps: int) -> None:
     summary = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
     assert summary["all_syncs_verified"] is True, summary
     assert summary["reward_mean_last_20pct"] > summary["reward_mean_first_20pct"] + 0.2, summary
-    gaps = [float(x) for x in re.findall(r"'sampling/sampling_logp_difference/mean': '([^']+)'", log)]
+    gaps = sampling_gaps(log)
     assert len(gaps) == steps and max(gaps) < 1e-4, gaps  # rollouts come from exactly the trained weights
 
 

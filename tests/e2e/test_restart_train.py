@@ -5,7 +5,6 @@ too; the process strategy (`restart_strategy: process`) runs there as well, its 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from tests.e2e.test_axolotl_train import (
     left_behind,
     managed_pid,
     quickstart,
+    sampling_gaps,
     sync_dirs,
 )
 
@@ -51,7 +51,7 @@ def check_restart_quickstart(cfg: dict, recs: list[dict], log: str, steps: int) 
     summary = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
     assert summary["all_syncs_verified"] is True and summary["num_syncs"] >= steps, summary
     assert summary["reward_mean_last_20pct"] > summary["reward_mean_first_20pct"] + 0.2, summary
-    gaps = [float(x) for x in re.findall(r"'sampling/sampling_logp_difference/mean': '([^']+)'", log)]
+    gaps = sampling_gaps(log)
     assert len(gaps) == steps and max(gaps) < 1e-4, gaps  # full-weight rollouts score as the trainer does
     assert_evaluated(Path(cfg["output_dir"]), summary, log, steps)
 
