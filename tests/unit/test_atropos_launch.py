@@ -1,16 +1,20 @@
-"""The Atropos launcher's watch (atropos/launch.py): what it started that ends is started again, within bounds;
-real processes, no servers."""
+"""The Atropos launcher (atropos/launch.py): what it started that ends is started again, within bounds; its vLLM
+server started from the config as `axolotl vllm-serve` starts it. Real processes; a stand-in answers for vLLM."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
-from grpo_plugin.atropos.launch import MAX_RESTARTS, Launch, LaunchError
+from grpo_plugin.atropos.launch import MAX_RESTARTS, Launch, LaunchError, served_cfg
+from grpo_plugin.config.schema import GRPOSettings
+from grpo_plugin.server.process import ServerSpec, VLLMServerProcess
+from tests.conftest import free_port
 
 
 def _launch(tmp_path) -> Launch:
@@ -60,3 +64,72 @@ def test_a_process_that_keeps_ending_stops_the_launch_with_its_log(tmp_path):
         assert run.restarts == {"Atropos run-api": MAX_RESTARTS}
     finally:
         _stop(run)
+
+
+# answers GET /health with 200; its first start (no marker file yet) ends one second after it is up
+_SERVE = """
+import http.server, os, sys, threading
+port, marker = int(sys.argv[1]), sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a):
+        pass
+if not os.path.exists(marker):
+    open(marker, "w").close()
+    threading.Timer(1.0, os._exit, (3,)).start()
+print("serving", port, flush=True)
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+@dataclass
+class _StandIn(ServerSpec):
+    marker: str = ""
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", _SERVE, str(self.port), self.marker]
+
+
+def test_the_launchers_server_that_ends_is_replaced_by_one_of_the_same_spec_and_stopped_at_the_end(tmp_path):
+    run = Launch(Path("cfg.yaml"), {"output_dir": str(tmp_path)}, GRPOSettings(server_timeout=30), [])
+    spec = _StandIn(model="m", port=free_port(), marker=str(tmp_path / "started-once"))
+    first = VLLMServerProcess(spec, log_path=tmp_path / "vllm_serve.log")
+    try:
+        first.start()
+        run._watch_server(first, "vLLM server")
+        run._wait_healthy(first)
+        run.trainer = run._start("trainer", [sys.executable, "-c", "import time; time.sleep(4)"], None)
+        assert run._watch(poll=0.1) == 0
+        assert run.restarts == {"vLLM server": 1} and first.proc.poll() == 3
+        [(name, proc)] = [(n, p) for n, p in run.procs if n == "vLLM server"]
+        second = run.servers[proc.pid]
+        assert second is not first and second.spec == spec and proc.poll() is None  # the same spec, up
+        assert (tmp_path / "vllm_serve.log").read_text().count("serving") == 2  # one log, appended
+        run.stop_all()
+        assert proc.poll() is not None and run.servers == {}
+    finally:
+        _stop(run)
+
+
+def test_a_taken_server_port_stops_the_launch_naming_it_and_kills_nothing(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg = {"output_dir": str(tmp_path), "base_model": "m", "vllm": {"host": "127.0.0.1", "port": port}}
+        run = Launch(Path("cfg.yaml"), cfg, GRPOSettings(), [])
+        with pytest.raises(LaunchError, match=f"port {port} .*already in use.*Nothing was killed"):
+            run._start_server()
+        assert run.procs == []
+
+
+def test_the_server_gets_the_config_as_axolotl_normalises_it():
+    """`axolotl vllm-serve` binds axolotl's default host when `vllm.host` is unset and resolves `bf16: auto`
+    (no GPU here: false); a host the config names is kept."""
+    assert served_cfg({"vllm": {"port": 8001}})["vllm"] == {"host": "0.0.0.0", "port": 8001}
+    assert served_cfg({"vllm": {"host": "127.0.0.1"}})["vllm"]["host"] == "127.0.0.1"
+    assert served_cfg({"bf16": "auto"})["bf16"] is False
+    assert served_cfg({"bf16": True})["bf16"] is True

@@ -2,8 +2,9 @@
 
 Starts, in the order the run-api needs, and stops at the end (or on Ctrl-C / a crash) exactly those processes:
 1. the Atropos run-api on the port of `grpo.atropos.url` (`run-api --host H --port P`);
-2. the vLLM server, `axolotl vllm-serve CONFIG` (skipped with `grpo.managed_server: true`: then the trainer
-   starts it);
+2. the config's vLLM server(s), as `axolotl vllm-serve CONFIG` starts them (server/process.py `start_servers`,
+   without axolotl's CLI around it: ~25 s of imports less per start) (skipped with `grpo.managed_server: true`:
+   then the trainer starts it);
 3. the trainer, `axolotl train CONFIG` (its output goes to this terminal);
 4. once the trainer has registered with the run-api, every environment in `grpo.atropos.envs`, as
    `python -m <module> serve` with the flags that point it at this run-api, this server and this model
@@ -31,8 +32,17 @@ import yaml
 from grpo_plugin import runtime
 from grpo_plugin.config.lookups import settings_of
 from grpo_plugin.config.schema import GRPOSettings
-from grpo_plugin.runtime import SERVER_HOST, SERVER_PORT
-from grpo_plugin.server.process import Progress, port_in_use, stop_tree, wait_until
+from grpo_plugin.runtime import AXOLOTL_VLLM_HOST, SERVER_PORT
+from grpo_plugin.server.client import VLLMServerClient
+from grpo_plugin.server.process import (
+    Progress,
+    ServerStartError,
+    VLLMServerProcess,
+    port_in_use,
+    start_servers,
+    stop_tree,
+    wait_until,
+)
 from grpo_plugin.server.tether import kept
 
 BIN = Path(sys.executable).parent
@@ -81,6 +91,7 @@ class Launch:
         self._log_files = []
         self.restartable: dict[int, tuple] = {}  # pid -> (name, how to start it again, log)
         self.restarts: dict[str, int] = {}  # name -> times started again
+        self.servers: dict[int, VLLMServerProcess] = {}  # pid -> a vLLM server this launcher started
 
     def _start(self, name: str, cmd: list[str], log: Path | None, *, again=None) -> subprocess.Popen:
         """Start `cmd` (its output appended to `log`). `again()`: what `_watch` calls when it ends (the run-api
@@ -158,28 +169,43 @@ class Launch:
                         self.logs / f"env_{i}.log")
 
     def _start_server(self) -> None:
-        vllm = self.cfg.get("vllm") or {}
-        host, port = str(vllm.get("host") or SERVER_HOST), int(vllm.get("port") or SERVER_PORT)
-        if port_in_use(host, port):
-            raise LaunchError(f"port {port} (vllm.port) is already in use. Stop that program yourself, or change "
-                              "vllm.port. Nothing was killed.")
-        log = self.logs / "vllm_serve.log"
-        proc = self._start("vLLM server (axolotl vllm-serve)", [str(BIN / "axolotl"), "vllm-serve",
-                                                                 str(self.config)], log, again=self._start_server)
-        base = runtime.server_url(host, port)
+        """The config's vLLM server(s), watched like the other processes: one that ends is started again on its
+        own (`_server_again`); each is stopped through its VLLMServerProcess, which also removes an ipc server's
+        shared weight file."""
+        logs = self.logs
+        try:  # a port already taken is a ServerStartError naming it; nothing is killed
+            servers = start_servers(served_cfg(self.cfg), log_path=lambda i: logs / ("vllm_serve.log" if i == 0
+                                                                         else f"vllm_serve_{i}.log"))
+        except ServerStartError as exc:
+            raise LaunchError(str(exc)) from None
+        for server in servers:
+            self._watch_server(server, "vLLM server" + (f" :{server.spec.port}" if len(servers) > 1 else ""))
+        for server in servers:
+            self._wait_healthy(server)
 
-        def healthy() -> bool:
-            self._alive_or_fail("the vLLM server", proc, log)
-            try:
-                return requests.get(f"{base}/health", timeout=2).status_code == 200
-            except requests.RequestException:
-                return False
+    def _watch_server(self, server: VLLMServerProcess, name: str) -> None:
+        self.procs.append((name, server.proc))
+        self.servers[server.pid] = server
+        self.restartable[server.pid] = (name, lambda: self._server_again(server, name), server.log_path)
+        _say(f"started {name} (pid {server.pid}), log {server.log_path}")
 
-        timeout = self.grpo.server_timeout
-        if wait_until(healthy, timeout, Progress(f"starting vLLM on {base}"), lambda _: "loading model",
-                      ready="ready", poll=1.0) is None:
-            raise LaunchError(f"the vLLM server did not become healthy within {timeout:.0f} s; the end of "
-                              f"{log}:\n{_tail(log)}")
+    def _server_again(self, old: VLLMServerProcess, name: str) -> None:
+        old.stop()  # it ended: its log closed, its leftovers (an ipc weight file) removed
+        self.servers.pop(old.pid, None)
+        server = VLLMServerProcess(old.spec, log_path=old.log_path, shares_with=old.shares_with)
+        try:
+            server.start()
+        except ServerStartError as exc:
+            raise LaunchError(str(exc)) from None
+        self._watch_server(server, name)
+        self._wait_healthy(server)
+
+    def _wait_healthy(self, server: VLLMServerProcess) -> None:
+        try:
+            server.wait_healthy(self.grpo.server_timeout, VLLMServerClient(server.spec.base_url).healthy,
+                                Progress(f"starting vLLM on {server.spec.base_url}"))
+        except ServerStartError as exc:  # it exited or never answered: the message has the end of its log
+            raise LaunchError(str(exc)) from None
 
     def _wait_registered(self) -> bool:
         """Environments may only register after the trainer has (a trainer's fresh start resets the run-api)."""
@@ -241,9 +267,25 @@ class Launch:
                 _say(f"stopping {name} (pid {proc.pid})")
                 if proc is self.trainer:  # let it save and stop its own children first
                     with_grace(proc, signal.SIGINT, 60)
+            if proc.pid in self.servers:  # its workers too, its log closed, an ipc weight file removed
+                self.servers.pop(proc.pid).stop(timeout=60)
+            elif proc.poll() is None:
                 stop_tree(proc, timeout=60)
         for fh in self._log_files:
             fh.close()
+
+
+
+def served_cfg(cfg: dict) -> dict:
+    """The config as `axolotl vllm-serve` has it after axolotl's normalisation, for what server/process.py reads:
+    `vllm.host` unset is axolotl's any-address bind, and `bf16: auto` is resolved as axolotl resolves it (an ipc
+    server holds the weights in the trainer's dtype)."""
+    served = {**cfg, "vllm": {"host": AXOLOTL_VLLM_HOST, **(cfg.get("vllm") or {})}}
+    if cfg.get("bf16") == "auto":
+        import torch  # here: only for `bf16: auto` (the launcher stays light otherwise)
+
+        served["bf16"] = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return served
 
 
 def with_grace(proc: subprocess.Popen, sig: int, timeout: float) -> None:
