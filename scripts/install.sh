@@ -98,23 +98,44 @@ fi
 # process that imports it, which is why `all` is the default).
 COMPILE="${GRPO_COMPILE:-all}"
 case "$COMPILE" in all|lazy) ;; *) die "GRPO_COMPILE must be all or lazy, not '$COMPILE'" ;; esac
+# The installer: uv (`uv pip install`, installed into the venv by pip first): it fetches and unpacks the ~250
+# wheels in parallel where pip takes them one at a time (axolotl's step: ~2 min with pip on a 2-core machine),
+# and resolves to the same versions (checked against pip's plan for both stacks). pip stays in the venv for
+# `pip freeze` and for users. GRPO_INSTALLER=pip uses pip for every step instead.
+INSTALLER="${GRPO_INSTALLER:-uv}"
+case "$INSTALLER" in uv|pip) ;; *) die "GRPO_INSTALLER must be uv or pip, not '$INSTALLER'" ;; esac
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-compile)
 # Downloads break off: a CI machine once lost torch's 526 MB wheel at 40 MB, six resumes in a row, and the whole
-# run failed. pip resumes a broken download itself (PIP_RESUME_RETRIES, pip >= 25.1); a step that still fails
-# with the network named in its output is run again whole, up to 3 tries; any other failure stops at once.
-export PIP_RESUME_RETRIES="${PIP_RESUME_RETRIES:-20}"
-NET_ERRORS='incomplete-download|Connection interrupted|Download failed|ReadTimeoutError|ConnectTimeoutError|NewConnectionError|Max retries exceeded|connection broken|IncompleteRead|ConnectionResetError|ProtocolError|Temporary failure in name resolution|Network is unreachable|do not match the hashes'
-pip_net() {  # pip_net <pip install arguments...>
+# run failed. pip resumes a broken download itself (PIP_RESUME_RETRIES, pip >= 25.1), uv retries a request
+# (UV_HTTP_RETRIES); a step that still fails with the network named in its output is run again whole, up to 3
+# tries; any other failure stops at once.
+export PIP_RESUME_RETRIES="${PIP_RESUME_RETRIES:-20}" UV_HTTP_RETRIES="${UV_HTTP_RETRIES:-10}"
+NET_ERRORS='incomplete-download|Connection interrupted|Download failed|ReadTimeoutError|ConnectTimeoutError|NewConnectionError|Max retries exceeded|connection broken|IncompleteRead|ConnectionResetError|ProtocolError|Temporary failure in name resolution|Network is unreachable|do not match the hashes|Failed to download|error sending request|Request failed after|dns error|operation timed out|connection closed|hash mismatch'
+net() {  # net <command...>: run an install command, again (up to 3 tries) when it failed on the network
   local log try
   log="$(mktemp -t grpo-pip.XXXXXX.log)"
   for try in 1 2 3; do
-    if "${PIP[@]}" "$@" 2>&1 | tee "$log"; then rm -f "$log"; return 0; fi
+    if "$@" 2>&1 | tee "$log"; then rm -f "$log"; return 0; fi
     if [ "$try" -eq 3 ] || ! grep -qiE "$NET_ERRORS" "$log"; then rm -f "$log"; return 1; fi
     echo "  (a download failed on the network, not on the plan: trying again in $((try * 20)) s, try $((try + 1)) of 3)"
     sleep $((try * 20))
   done
 }
-pip_net -q --upgrade "pip>=24" >/dev/null
+net "${PIP[@]}" -q --upgrade "pip>=24" >/dev/null
+if [ "$INSTALLER" = uv ]; then
+  net "${PIP[@]}" -q "uv>=0.13,<0.14" >/dev/null
+  INSTALL=("$VENV/bin/uv" pip install --python "$VENV/bin/python")
+  # uv does not read pip's configuration: a mirror pip is pointed at (index-url) and the CA bundle pip trusts
+  # (cert) are carried over unless UV_DEFAULT_INDEX / SSL_CERT_FILE are set; pip's other settings are not
+  pip_setting() {  # pip's value of a setting: from its environment (PIP_*) first, then its files
+    "$VENV/bin/python" -m pip config list 2>/dev/null | sed -n "s/^\(:env:\|global\|install\)\.$1='\(.*\)'\$/\2/p" | head -1 || true
+  }
+  [ -n "${UV_DEFAULT_INDEX:-}${UV_INDEX_URL:-}" ] || { idx="$(pip_setting index-url)"; [ -z "$idx" ] || export UV_DEFAULT_INDEX="$idx"; }
+  [ -n "${SSL_CERT_FILE:-}" ] || { crt="$(pip_setting cert)"; [ ! -f "$crt" ] || export SSL_CERT_FILE="$crt"; }
+else
+  INSTALL=("${PIP[@]}")
+fi
+pip_net() { net "${INSTALL[@]}" "$@"; }  # pip_net <pip install arguments...>, with the chosen installer
 
 step "1/6 torch $TORCH_VERSION (the version $VLLM_DIST pins)"
 if [ "$MACHINE" = cpu ] && "$VENV/bin/python" - <<'PY' 2>/dev/null
