@@ -10,7 +10,6 @@ from urllib.parse import urlparse
 
 # host names that mean "this machine" (0.0.0.0 and "" as a server binds them)
 SERVER_HOST, SERVER_PORT = "127.0.0.1", 8000  # the vLLM server's address when `vllm:` names none
-AXOLOTL_VLLM_HOST = "0.0.0.0"  # where `axolotl vllm-serve` binds when `vllm.host` is unset (axolotl's default)
 LOCAL_HOSTS = frozenset(("127.0.0.1", "localhost", "0.0.0.0", "::1", ""))
 
 

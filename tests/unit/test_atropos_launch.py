@@ -13,6 +13,7 @@ import pytest
 
 from grpo_plugin.atropos.launch import MAX_RESTARTS, Launch, LaunchError, served_cfg
 from grpo_plugin.config.schema import GRPOSettings
+from grpo_plugin.runtime import SERVER_HOST
 from grpo_plugin.server.process import ServerSpec, VLLMServerProcess
 from tests.conftest import free_port
 
@@ -126,10 +127,13 @@ def test_a_taken_server_port_stops_the_launch_naming_it_and_kills_nothing(tmp_pa
         assert run.procs == []
 
 
-def test_the_server_gets_the_config_as_axolotl_normalises_it():
-    """`axolotl vllm-serve` binds axolotl's default host when `vllm.host` is unset and resolves `bf16: auto`
-    (no GPU here: false); a host the config names is kept."""
-    assert served_cfg({"vllm": {"port": 8001}})["vllm"] == {"host": "0.0.0.0", "port": 8001}
-    assert served_cfg({"vllm": {"host": "127.0.0.1"}})["vllm"]["host"] == "127.0.0.1"
-    assert served_cfg({"bf16": "auto"})["bf16"] is False
+def test_the_server_gets_the_config_as_axolotl_vllm_serve_has_it():
+    """The plugin's defaults filled in as its register hook fills them (an unset `vllm.host` is the loopback, the
+    address every client of the config connects to), `bf16: auto` resolved (no GPU here: false); what the config
+    names is kept, and the caller's config is not changed."""
+    cfg = {"vllm": {"port": 8001}, "bf16": "auto"}
+    served = served_cfg(cfg)
+    assert (served["vllm"]["host"], served["vllm"]["port"], served["bf16"]) == (SERVER_HOST, 8001, False)
+    assert cfg == {"vllm": {"port": 8001}, "bf16": "auto"}
+    assert served_cfg({"vllm": {"host": "0.0.0.0"}, "bf16": True})["vllm"]["host"] == "0.0.0.0"
     assert served_cfg({"bf16": True})["bf16"] is True

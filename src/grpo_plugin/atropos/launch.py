@@ -18,6 +18,7 @@ killed); an environment that crashes stops the run with the end of its log. The 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import signal
 import subprocess
@@ -30,9 +31,10 @@ import requests
 import yaml
 
 from grpo_plugin import runtime
+from grpo_plugin.config.defaults import fill_defaults
 from grpo_plugin.config.lookups import settings_of
 from grpo_plugin.config.schema import GRPOSettings
-from grpo_plugin.runtime import AXOLOTL_VLLM_HOST, SERVER_PORT
+from grpo_plugin.runtime import SERVER_PORT
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.process import (
     Progress,
@@ -277,11 +279,12 @@ class Launch:
 
 
 def served_cfg(cfg: dict) -> dict:
-    """The config as `axolotl vllm-serve` has it after axolotl's normalisation, for what server/process.py reads:
-    `vllm.host` unset is axolotl's any-address bind, and `bf16: auto` is resolved as axolotl resolves it (an ipc
-    server holds the weights in the trainer's dtype)."""
-    served = {**cfg, "vllm": {"host": AXOLOTL_VLLM_HOST, **(cfg.get("vllm") or {})}}
-    if cfg.get("bf16") == "auto":
+    """The config as `axolotl vllm-serve` has it, for what server/process.py reads: the plugin's defaults filled in
+    (config/defaults.py, as its register hook fills them: the server's address) and `bf16: auto` resolved as
+    axolotl resolves it (an ipc server holds the weights in the trainer's dtype)."""
+    served = copy.deepcopy(cfg)
+    fill_defaults(served)
+    if served.get("bf16") == "auto":
         import torch  # here: only for `bf16: auto` (the launcher stays light otherwise)
 
         served["bf16"] = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
