@@ -23,16 +23,16 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Under pytest-xdist (scripts/test.sh runs two workers) each worker's vLLM servers compute on a core of their own
 # instead of both binding their OpenMP threads to the same cores.
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-if _WORKER.startswith("gw") and len(os.sched_getaffinity(0)) > 1:
-    _cores = sorted(os.sched_getaffinity(0))
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_cores[int(_WORKER[2:]) % len(_cores)]))
 # Each worker's torch (its own process and the `axolotl train` runs it starts) gets its share of the cores: with
 # two workers on two cores, two OpenMP threads per process spin at every parallel region's barrier while the other
 # worker holds the second core (measured: the QLoRA, tool-calling, GSM8K and code e2e runs under -n 2 took
 # 284 s instead of 393 s with one thread each).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER.startswith("gw"):
-    _share = len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    _cores = sorted(os.sched_getaffinity(0))
+    if len(_cores) > 1:
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_cores[int(_WORKER[2:]) % len(_cores)]))
+    _share = len(_cores) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
     if "torch" in sys.modules:  # already loaded (its OpenMP read the environment then)
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

@@ -18,6 +18,7 @@ killed); an environment that crashes stops the run with the end of its log. The 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import signal
@@ -175,11 +176,9 @@ class Launch:
         own (`_server_again`); each is stopped through its VLLMServerProcess, which also removes an ipc server's
         shared weight file."""
         logs = self.logs
-        try:  # a port already taken is a ServerStartError naming it; nothing is killed
+        with _as_launch_error():  # a port already taken names it; nothing is killed
             servers = start_servers(served_cfg(self.cfg), log_path=lambda i: logs / ("vllm_serve.log" if i == 0
                                                                          else f"vllm_serve_{i}.log"))
-        except ServerStartError as exc:
-            raise LaunchError(str(exc)) from None
         for server in servers:
             self._watch_server(server, "vLLM server" + (f" :{server.spec.port}" if len(servers) > 1 else ""))
         for server in servers:
@@ -195,19 +194,15 @@ class Launch:
         old.stop()  # it ended: its log closed, its leftovers (an ipc weight file) removed
         self.servers.pop(old.pid, None)
         server = VLLMServerProcess(old.spec, log_path=old.log_path, shares_with=old.shares_with)
-        try:
+        with _as_launch_error():
             server.start()
-        except ServerStartError as exc:
-            raise LaunchError(str(exc)) from None
         self._watch_server(server, name)
         self._wait_healthy(server)
 
     def _wait_healthy(self, server: VLLMServerProcess) -> None:
-        try:
+        with _as_launch_error():  # it exited or never answered: the message has the end of its log
             server.wait_healthy(self.grpo.server_timeout, VLLMServerClient(server.spec.base_url).healthy,
                                 Progress(f"starting vLLM on {server.spec.base_url}"))
-        except ServerStartError as exc:  # it exited or never answered: the message has the end of its log
-            raise LaunchError(str(exc)) from None
 
     def _wait_registered(self) -> bool:
         """Environments may only register after the trainer has (a trainer's fresh start resets the run-api)."""
@@ -276,6 +271,14 @@ class Launch:
         for fh in self._log_files:
             fh.close()
 
+
+@contextlib.contextmanager
+def _as_launch_error():
+    """A server that cannot start (server/process.py's ServerStartError) ends the launch with its message."""
+    try:
+        yield
+    except ServerStartError as exc:
+        raise LaunchError(str(exc)) from None
 
 
 def served_cfg(cfg: dict) -> dict:

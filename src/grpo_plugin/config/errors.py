@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 HEADER = "grpo_plugin found {n} problem(s) in the config (nothing was loaded):"
+_HEADER_START = HEADER.split("{n}")[0]
 
 
 def problems_message(problems: list[str]) -> str:
@@ -40,7 +41,7 @@ def block(exc: BaseException) -> str | None:
     items = []
     for line in error_lines(exc):
         head, _, rest = line.partition("\n")
-        if head.startswith(HEADER.split("{n}")[0]) and rest:  # the plugin's own: already one item per problem
+        if head.startswith(_HEADER_START) and rest:  # the plugin's own: already one item per problem
             items.append(rest)
         else:
             items.append(f"  - {indent(line)}")
