@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 
+from accelerate.utils import gather_object
 from axolotl.core.trainers.grpo.trainer import AxolotlAsyncGRPOTrainer
 from trl import GRPOTrainer
 
@@ -108,7 +109,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             scale_rewards=getattr(self, "scale_rewards", "group"),
             vocab_size=self.accelerator.unwrap_model(self.model).get_input_embeddings().num_embeddings,
             device=self.accelerator.device, num_processes=self.accelerator.num_processes,
-            gather=self.accelerator.gather, step=lambda: self.state.global_step,
+            gather=self.accelerator.gather, gather_object=gather_object, step=lambda: self.state.global_step,
             synced_version=lambda: self.sync.synced_version, add_callback=self.add_callback)
         producer = build.build_producer(args, train_dataset, self.grpo, spec, host=self)
         if isinstance(producer, PrefetchingProducer):  # its queue goes when a server is lost under a verification

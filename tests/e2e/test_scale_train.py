@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from rewards.toy_agent import ENV_REPLY
 from tests.conftest import free_ports
 from tests.e2e.test_async_prefetch import _check_async
 from tests.e2e.test_axolotl_train import gone, quickstart
@@ -160,7 +161,8 @@ def test_restart_two_managed_servers_two_zero3_ranks(tmp_path, tiny_model_dir, t
 
 
 def test_ipc_two_managed_servers_two_ddp_ranks_share_one_copy(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
-    """ipc with two servers and two trainer ranks (DDP, one run for both, to keep CI's time): rank 0's model is the
+    """ipc with two servers and two trainer ranks (DDP, one run for both, to keep CI's time), the rollouts made by a
+    multi-turn agent (trl.rollout_func: each rank's own call, generating on both servers): rank 0's model is the
     shared copy, the other rank keeps its replica; the second server maps the first's weight file (read from
     /proc/<pid>/maps of both server processes while training); the fence defaults to `server` with two ranks (the
     other rank may generate while rank 0's optimizer writes); rank 0 starts both servers; every step verified on
@@ -169,7 +171,8 @@ def test_ipc_two_managed_servers_two_ddp_ranks_share_one_copy(tmp_path, tiny_mod
     from tests.e2e.test_multiprocess_train import TWO_RANKS, assert_two_ranks
 
     steps = 6
-    path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "ipc", steps, ipc_fence=None)
+    path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "ipc", steps, ipc_fence=None,
+                                trl={"rollout_func": "rewards.toy_agent.two_turns"})
     cfg["micro_batch_size"] = 16  # per rank: 2 prompts x 8
     import yaml
 
@@ -195,7 +198,14 @@ def test_ipc_two_managed_servers_two_ddp_ranks_share_one_copy(tmp_path, tiny_mod
     assert next(iter(files[0])) in trainer_maps, (maps, trainer_maps)  # ... and by the trainer (rank 0)
     assert "1 more server(s) mapping the same file" in text
     assert_two_ranks(text, "MULTI_CPU")
-    _assert_verified_on_both(cfg, steps)
+    s = _assert_verified_on_both(cfg, steps)
+    # the rollouts are the two-turn agent's (trl.rollout_func, rewards/toy_agent.py): each rank calls it with its
+    # own 16 rows, through the handle, whose calls split across both servers; the record counts both ranks' rows
+    for r in _records(cfg):
+        assert r["agent_turns_mean"] == 2.0 and r["agent_generate_calls"] == 2 * 2, r
+        assert r["agent_env_tokens"] == 32 * len(ENV_REPLY.encode()) and r["agent_unknown_origin_tokens"] == 0, r
+        assert sum(r["server_rows"]) == 32 * 2 and r["policy_lag"] == 0, r  # every row's two turns, both servers
+    assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
     started = re.findall(r"started managed vLLM server pid (\d+)", text)
     assert len(started) == 2, started  # both by rank 0
     # rank 0 only: at start, and once more after accelerate's move of the model to `cpu:0` (a copy) was found at

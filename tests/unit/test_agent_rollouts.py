@@ -127,6 +127,27 @@ def test_turns_and_tokens_of_unknown_origin_are_counted():
                       "agent_truncated": 1, "agent_unknown_origin_tokens": 9, "agent_generate_calls": 2}
 
 
+def test_the_handle_counts_what_each_server_sampled():
+    """Several servers: the handle's calls are split across them; the rollout records how many completions each one
+    sampled (the step's `server_rows`), as a single-turn rollout does."""
+    from grpo_plugin.producers.agent import AgentGeneration
+    from grpo_plugin.server.client import Completion
+
+    class TwoServers:  # the group's interface the handle uses: its replicas, and generate
+        replicas = [object(), object()]
+
+        def generate(self, prompts, model, n, **settings):
+            return [[Completion(token_ids=[5, i], logprobs=[-0.1, -0.2], finish_reason="length", server=i % 2)
+                     for _ in range(n)] for i, _ in enumerate(prompts)]
+
+    lease = SimpleNamespace(model="v3")
+    gen = AgentGeneration(TwoServers(), {"max_tokens": 2}, lease=lease)
+    gen.generate([[1], [2], [3]], n=2)  # 3 prompts: servers 0, 1, 0
+    gen.generate([[4, 5]])
+    assert gen.server_rows == [2 + 2 + 1, 2] and gen.calls == 2
+    assert len(gen.generated) == 7
+
+
 def test_a_hung_function_is_an_error_naming_the_timeout_and_its_thread_is_left_behind():
     release = threading.Event()
 

@@ -255,7 +255,8 @@ def _produce(monkeypatch, *, loaded_trl: dict, args_kwargs=None, **sampling):
         sampling=sampling_kwargs(trainer, generation_kwargs(SimpleNamespace(generation_kwargs=args_kwargs))),
         tokenize_prompts=lambda prompts: ([[1, 2, len(p)] for p in prompts], None, {}), stop_token_ids=(0, 9),
         mask_truncated=True, shuffle_dataset=False, scale_rewards="group", vocab_size=16, device="cpu",
-        num_processes=1, gather=None, step=lambda: 0, synced_version=lambda: 0, add_callback=None)
+        num_processes=1, gather=None, gather_object=None, step=lambda: 0, synced_version=lambda: 0,
+        add_callback=None)
     producer = LocalRolloutProducer(
         config=ProducerConfig(), prompt_dataset=[], num_generations=sampling["num_generations"],
         generation_batch_size=4, train_batch_size=4, steps_per_generation=1, shuffle_dataset=False, seed=0,

@@ -3,10 +3,13 @@ and what a rollout's record adds (the trainer feeds the recorder these calls on 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from grpo_plugin.metrics import STEP_FIELDS
+from grpo_plugin.producers.local import ITEMS_LOCAL, sum_over_ranks
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, AtroposBatch, PolicyLag, Rollout, record_of
 from grpo_plugin.recorder import StepRecorder, atropos_summary
 from grpo_plugin.sync.base import SyncResult
@@ -96,3 +99,32 @@ def test_each_environments_rows_and_reward_are_recorded_per_step_and_summarised(
     envs = envs_summary(records)
     assert envs["0"] == {"rows": 10, "steps": 5, "reward_mean_first_20pct": 0.0, "reward_mean_last_20pct": 0.8}
     assert envs["1"]["reward_mean_first_20pct"] == envs["1"]["reward_mean_last_20pct"] == 0.75
+
+
+def test_a_record_with_several_ranks_counts_the_whole_batch():
+    """Each rank makes its share of the step's rollout; the record rank 0 keeps sums the counts of every rank (what
+    local.sum_over_ranks gathers), and averages the per-rollout means and rates (equal rows per rank)."""
+    rank0 = {"agent_turns_mean": 2.0, "agent_model_tokens": 200, "agent_env_tokens": 128, "agent_truncated": 3,
+             "agent_tool_call_rate": 0.5, "agent_tool/lookup/calls": 4}
+    rank1 = {"agent_turns_mean": 3.0, "agent_model_tokens": 260, "agent_env_tokens": 256, "agent_truncated": 0,
+             "agent_tool_call_rate": 1.0, "agent_tool/search/calls": 2}
+    record = Rollout(wait_ms=1.0, server_rows=[10, 6], agent=dict(rank0))
+    data = {"num_items_in_batch": torch.tensor(200), ROLLOUT_KEY: record, ITEMS_LOCAL: True}
+    gathered = []
+
+    def gather_object(objs):  # the collective: this rank's value among every rank's, in rank order
+        gathered.append(objs)
+        return objs + [([7, 9], dict(rank1))]
+
+    spec = SimpleNamespace(num_processes=2, gather=lambda t: torch.stack([t, torch.tensor(260)]),
+                           gather_object=gather_object)
+    sum_over_ranks(data, spec)
+    assert gathered == [[([10, 6], rank0)]] and ITEMS_LOCAL not in data
+    assert int(data["num_items_in_batch"]) == 460
+    assert record.server_rows == [17, 15]
+    assert record.agent == {"agent_turns_mean": 2.5, "agent_model_tokens": 460, "agent_env_tokens": 384,
+                            "agent_truncated": 3, "agent_tool_call_rate": 0.75, "agent_tool/lookup/calls": 4,
+                            "agent_tool/search/calls": 2}
+    one = Rollout(wait_ms=1.0, server_rows=[4], agent=None)  # a single-turn rollout: no agent figures appear
+    one.add_other_ranks([([4], None), ([5], None)])
+    assert one.server_rows == [9] and one.agent is None

@@ -54,6 +54,7 @@ class AgentGeneration:
         self._client, self._sampling = client, sampling
         self._gate, self._lease, self._min_version, self._timeout = gate, lease, min_version, timeout
         self.generated: list[tuple[int, ...]] = []  # every completion returned, for the origin count
+        self.server_rows = [0] * len(replicas_of(client))  # completions each server sampled (several servers)
         self.calls = 0
         self._lock = threading.Lock()
 
@@ -83,6 +84,8 @@ class AgentGeneration:
         with self._lock:
             self.calls += 1
             self.generated.extend(tuple(c.token_ids) for g in groups for c in g)
+            for c in (c for g in groups for c in g):
+                self.server_rows[c.server] += 1
         return groups
 
 
@@ -178,6 +181,7 @@ class AgentRolloutProducer(LocalRolloutProducer):
             raise RolloutFuncError(f"trl.rollout_func {self.name}: {exc}") from None
         tensors = self._tensors(rows, inputs)
         record = Rollout(wait_ms=rollout_ms, generate_ms=rollout_ms, policy_version=version,
+                         server_rows=generation.server_rows if generation.calls else None,
                          agent={**agent_fields(rows, generation, spec.stop_token_ids), **own.get(METRICS_KEY, {})})
         return deferred_rollout(spec, tensors, tensors.pop("num_items_in_batch"), inputs,
                                 own.get(PROMPTS_KEY, prompts), rows.completion_ids, record,

@@ -118,22 +118,24 @@ def deferred_rollout(spec: GenerationSpec, tensors: dict, n_tokens: torch.Tensor
         ROLLOUT_KEY: record,
     }
     if threading.current_thread() is threading.main_thread():
-        sum_items_over_ranks(output, spec.num_processes, spec.gather)
+        sum_over_ranks(output, spec)
     else:  # a prefetch thread: no collective here (it would interleave with the training step's)
         output[ITEMS_LOCAL] = True
     return RolloutDataset(output)
 
 
-ITEMS_LOCAL = "_grpo_items_local"  # `num_items_in_batch` still counts this rank's completion tokens only
+ITEMS_LOCAL = "_grpo_items_local"  # `num_items_in_batch` and the record still count this rank's rollout only
 
 
-def sum_items_over_ranks(data: dict, num_processes: int, gather) -> None:
-    """`num_items_in_batch` (TRL's loss normalizer): the completion tokens of every rank's rollout (`gather`: the
-    ranks' values of a tensor). A collective: main thread only, every rank at the same point (before its rollout is
-    scored)."""
+def sum_over_ranks(data: dict, spec: GenerationSpec) -> None:
+    """`num_items_in_batch` (TRL's loss normalizer): the completion tokens of every rank's rollout; and the record's
+    counts (completions per server, the agent figures) over every rank's rollout. Collectives: main thread only,
+    every rank at the same point (before its rollout is scored)."""
     data.pop(ITEMS_LOCAL, None)
-    if num_processes > 1:
-        data["num_items_in_batch"] = gather(data["num_items_in_batch"]).sum()
+    if spec.num_processes > 1:
+        data["num_items_in_batch"] = spec.gather(data["num_items_in_batch"]).sum()
+        record = data[ROLLOUT_KEY]
+        record.add_other_ranks(spec.gather_object([(record.server_rows, record.agent)]))
 
 
 def sampling_kwargs(trainer, extra: dict | None) -> dict:

@@ -18,7 +18,7 @@ import time
 
 from axolotl.core.trainers.grpo.async_trainer import AsyncDataProducer
 
-from grpo_plugin.producers.local import ITEMS_LOCAL, sum_items_over_ranks
+from grpo_plugin.producers.local import ITEMS_LOCAL, sum_over_ranks
 from grpo_plugin.producers.rollout import record_of
 
 
@@ -53,7 +53,7 @@ class PrefetchingProducer(AsyncDataProducer):
             dataset = super().produce(model, global_step, **kwargs)  # this step synchronously, then prefetch again
         self._outages_seen = len(self.guard.outages)
         if dataset._data.get(ITEMS_LOCAL):
-            sum_items_over_ranks(dataset._data, self._inner.spec.num_processes, self._inner.spec.gather)
+            sum_over_ranks(dataset._data, self._inner.spec)
         record_of(dataset._data).wait_ms = (time.perf_counter() - t0) * 1e3
         return dataset
 

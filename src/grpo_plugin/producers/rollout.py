@@ -75,6 +75,15 @@ class Rollout:
             out.update(self.agent)
         return out
 
+    def add_other_ranks(self, counts: list[tuple[list[int] | None, dict | None]]) -> None:
+        """Every trainer rank's `(server_rows, agent)` (this rank's among them, in rank order), so that the step's
+        record counts the whole batch, not rank 0's share: counts summed, means and rates averaged (every rank
+        makes as many rows)."""
+        rows = [r for r, _ in counts if r is not None]
+        self.server_rows = [sum(col) for col in zip(*rows)] if rows else None
+        agents = [a for _, a in counts if a is not None]
+        self.agent = summed_over_ranks(agents) if agents else None
+
     def scored_rewards(self, data: dict, rewards: torch.Tensor) -> torch.Tensor:
         """After axolotl computed its advantages (`data["advantages"]`): the producer's own replace them (less the
         groups the on-policy check rejects), and the rewards of the real rows are returned (padding rows have no
@@ -104,3 +113,17 @@ def record_of(data: dict) -> Rollout:
         return data[ROLLOUT_KEY]
     except KeyError:
         raise KeyError(f"a rollout without its record ({ROLLOUT_KEY}): every producer puts one there") from None
+
+
+def summed_over_ranks(fields: list[dict]) -> dict:
+    """Per-rank figures of one step made into the step's: a `*_mean` or `*_rate` averaged over the ranks, any other
+    number summed (a key a rank lacks counts 0 there: a tool only one rank's rollouts called)."""
+    keys = list(dict.fromkeys(k for f in fields for k in f))
+    out = {}
+    for k in keys:
+        values = [f.get(k, 0) for f in fields]
+        if k.endswith(("_mean", "_rate")):
+            out[k] = round(sum(values) / len(fields), 4)
+        else:
+            out[k] = sum(values)
+    return out

@@ -30,6 +30,7 @@ class GenerationSpec:
     device: torch.device  # where the rollout's tensors go
     num_processes: int  # trainer ranks
     gather: Callable[[torch.Tensor], torch.Tensor]  # every rank's value of a tensor, concatenated (a collective)
+    gather_object: Callable[[list], list]  # every rank's list of picklable values, concatenated (a collective)
     step: Callable[[], int]  # the trainer's global step, now
     synced_version: Callable[[], int | None]  # the version the server holds, now (sync/session.py)
     add_callback: Callable[[Any], None]  # hooks the training loop (a transformers TrainerCallback)
