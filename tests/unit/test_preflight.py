@@ -25,6 +25,28 @@ def test_reward_paths_resolve_like_axolotl_or_say_what_is_wrong(tmp_path, monkey
     assert "is a int, not a function" in reward_func_problem("okmod.VALUE")
 
 
+def test_a_rollout_func_in_the_working_directory_is_checked_and_stays_importable(tmp_path, monkeypatch):
+    """trl.rollout_func: a typo is named before anything loads; a function in the run's directory is imported from
+    there and stays imported, so axolotl's own import of it (after the check) finds it even when the directory is
+    not on sys.path (`axolotl train ... --launcher python`)."""
+    import importlib
+    import sys
+
+    (tmp_path / "my_agent_mod.py").write_text("def rollout(prompts, trainer):\n    return {}\n")
+    monkeypatch.chdir(tmp_path)
+    problems = config_problems({"trl": {"rollout_func": "my_agent_mod.rolout"}})
+    assert problems == ["trl.rollout_func: 'my_agent_mod.rolout': 'my_agent_mod' has no 'rolout'. Did you mean "
+                        "'rollout'?"], problems
+    assert "trl.rollout_func: 'org/agent'" in config_problems({"trl": {"rollout_func": "org/agent"}})[0]
+    monkeypatch.delitem(sys.modules, "my_agent_mod")
+    before = list(sys.path)
+    assert config_problems({"trl": {"rollout_func": "my_agent_mod.rollout"}}) == []
+    assert sys.path == before  # the directory was importable for the check only ...
+    assert "my_agent_mod" in sys.modules  # ... and the module stays imported for axolotl's import_module
+    assert importlib.import_module("my_agent_mod").rollout.__module__ == "my_agent_mod"
+    monkeypatch.delitem(sys.modules, "my_agent_mod")
+
+
 def test_local_paths_are_checked_hub_ids_are_not(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "d.jsonl").write_text("{}\n")

@@ -78,12 +78,13 @@ def _submodules(package: str) -> list[str]:
     return [m.name for m in pkgutil.iter_modules(getattr(pkg, "__path__", []))]
 
 
-def reward_func_problem(fqn: Any, key: str = "trl.reward_funcs") -> str | None:
-    """None if `fqn` resolves as axolotl will resolve it (a callable, or a reward-model path / hub id); else what
-    is wrong, naming `key`."""
+def reward_func_problem(fqn: Any, key: str = "trl.reward_funcs", *, models: bool = True) -> str | None:
+    """None if `fqn` resolves as axolotl will resolve it (a callable, or with `models` a reward-model path / hub id);
+    else what is wrong, naming `key`. The module stays imported: axolotl finds it then even where the run's directory
+    is not on sys.path (`--launcher python`)."""
     if not isinstance(fqn, str) or not fqn:
         return f"{key}: {fqn!r} is not an import path (module.function)"
-    if os.path.isdir(fqn) or "/" in fqn:
+    if models and (os.path.isdir(fqn) or "/" in fqn):
         return None  # a reward model (local dir or hub id): axolotl loads it
     module_name, _, attr = fqn.rpartition(".")
     if not module_name:
@@ -221,6 +222,8 @@ def config_problems(data: dict, *, atropos_marker: str | None = None) -> list[st
     trl = _as_dict(data.get("trl"))
     for fqn in trl.get("reward_funcs") or []:
         problems.append(reward_func_problem(fqn))
+    if trl.get("rollout_func"):
+        problems.append(reward_func_problem(trl["rollout_func"], "trl.rollout_func", models=False))
     grpo = _as_dict(data.get("grpo"))
     atropos = _as_dict(grpo.get("atropos"))
     for fqn in atropos.get("eval_reward_funcs") or []:
