@@ -24,7 +24,7 @@ def _prompt_ids(tokenizer, prompts: list) -> list[list[int]]:
     return [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
 
 
-def _rollouts(prompts: list, trainer, turn) -> dict:
+def rollouts(prompts: list, trainer, turn) -> dict:
     """Two turns per row; `turn(prompt_ids, n)` -> (token ids, logprobs) per sample, n per prompt in a row. The
     rows hold each prompt num_generations times in a row: the first turn asks for them together (n per distinct
     prompt: the server reads each prompt once), the second turn per row."""
@@ -49,7 +49,7 @@ def two_turns(prompts: list, trainer) -> dict:
     def turn(prompt_ids, n):
         return [(c.token_ids, c.logprobs) for g in gen.generate(prompt_ids, n=n, max_tokens=TURN_TOKENS) for c in g]
 
-    return _rollouts(prompts, trainer, turn)
+    return rollouts(prompts, trainer, turn)
 
 
 def two_turns_openai(prompts: list, trainer) -> dict:
@@ -67,4 +67,4 @@ def two_turns_openai(prompts: list, trainer) -> dict:
         return [([int(t.split(":", 1)[1]) for t in c["logprobs"]["tokens"]], list(c["logprobs"]["token_logprobs"]))
                 for c in choices]
 
-    return _rollouts(prompts, trainer, turn)
+    return rollouts(prompts, trainer, turn)

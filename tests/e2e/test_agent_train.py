@@ -10,13 +10,13 @@ the session servers, unmanaged (tests/conftest.py).
   all the same: the route samples the weights being trained, one version behind (the lag bound).
 
 In both: every push verified, the reward rising, the environment's tokens in no loss (axolotl's `tool_mask`) and in
-no token count, two model turns per rollout. ipc runs the same producer (it leases the policy gate as every mode
-does); its run needs a managed server of its own: `GRPO_AGENT_IPC=1` adds it."""
+no token count, two model turns per rollout. ipc's agent runs need managed servers of their own and are folded
+into runs that start them anyway: two trainer ranks on two servers (tests/e2e/test_scale_train.py) and the server
+killed between a rollout's two turns (tests/e2e/test_server_faults.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -95,13 +95,3 @@ def test_rollout_func_two_turns_through_the_openai_route_restart(tmp_path, tiny_
     assert proc.returncode == 0, log[-5000:]
     _check(cfg, log, handle=False, prefetched=True)
 
-
-@pytest.mark.skipif(not os.environ.get("GRPO_AGENT_IPC"), reason="ipc's agent run: GRPO_AGENT_IPC=1 (its own server)")
-def test_rollout_func_two_turns_ipc(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, CONFIG, max_steps=STEPS, learning_rate=1e-4,
-                           grpo={"sync": "ipc"})
-    _full_weights(path, cfg)
-    proc = train(path)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-5000:]
-    _check(cfg, log, handle=True)

@@ -47,6 +47,16 @@ def _start_train(path: Path, log: Path, launcher: tuple[str, ...] = FAST) -> sub
                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def _wait_file(path: Path, proc: subprocess.Popen, log: Path, timeout: float = 600) -> None:
+    t0 = time.monotonic()
+    while not path.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"`axolotl train` exited ({proc.returncode}) before {path.name}:\n{log.read_text()[-6000:]}")
+        if time.monotonic() - t0 > timeout:
+            pytest.fail(f"no {path.name} in {timeout} s:\n{log.read_text()[-6000:]}")
+        time.sleep(0.1)
+
+
 def _records(cfg) -> list[dict]:
     metrics = Path(cfg["output_dir"]) / "grpo_metrics.jsonl"
     return [json.loads(x) for x in metrics.read_text().splitlines()] if metrics.exists() else []
@@ -149,7 +159,11 @@ def test_full_weight_modes_survive_a_killed_or_hung_managed_server(mode, tmp_pat
     config = "quickstart_ipc.yaml" if mode == "ipc" else "quickstart_restart.yaml"
     grpo: dict = {"server_hang_timeout": 10, "server_timeout": 240}  # a restart takes ~35 s here
     steps, fault_at = 20, 4  # the tiny task's reward takes off around steps 5-12
-    trl = {"async_prefetch": True} if mode == "ipc" else {}  # ipc's async run (test_async_prefetch.py) is this one
+    # ipc's run is also ipc's async run (test_async_prefetch.py) and a multi-turn agent's whose server dies in the
+    # middle of a rollout: the two-turn agent (tests/e2e/paused_agent.py) is killed between its turns at the
+    # rollout of step fault_at + 1, prefetched in the background while step fault_at trains
+    agent = mode == "ipc"
+    trl = {"async_prefetch": True, "rollout_func": "tests.e2e.paused_agent.two_turns_paused_once"} if agent else {}
     if mode == "restart_process":  # every push is a 30 s restart here: fewer steps, no learning claim
         grpo.update(restart_strategy="process", sync_interval=6)
         steps, fault_at = 10, 2  # the recovery (a push) at step 3, the next regular push 6 steps after it
@@ -159,24 +173,42 @@ def test_full_weight_modes_survive_a_killed_or_hung_managed_server(mode, tmp_pat
     before = sync_dirs("restart")
     path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=config, max_steps=steps, grpo=grpo,
                            trl=trl, **(EVAL if quick else {}))
-    log = tmp_path / "train.log"
+    log, out = tmp_path / "train.log", Path(cfg["output_dir"])
+    if agent:
+        out.mkdir(parents=True)
+        (out / "pause_at_call").write_text(str(fault_at + 1))
     proc = _start_train(path, log, () if quick else FAST)
     try:
-        _wait_step(cfg, fault_at, proc, log)
+        if agent:  # the first turn of the rollout is sampled, the second not yet asked for
+            _wait_file(out / "between_turns", proc, log)
+        else:
+            _wait_step(cfg, fault_at, proc, log)
         first = _server_of(proc)
         first.send_signal(signal.SIGSTOP if FAULTS[mode] == "hang" else signal.SIGKILL)
+        if agent:
+            assert gone(first.pid, timeout=30)
+            (out / "go_on").touch()  # the second turn goes to a server that is no more
     finally:
         text = _finish(proc, log)
     assert proc.returncode == 0, text[-6000:]
     recs = _assert_complete_and_verified(cfg, steps, outages=1)
     hits = [r for r in recs if r["server_outages"]]
-    assert hits[0]["step"] > fault_at, hits
+    # (the agent's rollout of step fault_at + 1 is cut while step fault_at trains: that step meets the outage)
+    assert hits[0]["step"] >= fault_at if agent else hits[0]["step"] > fault_at, hits
     if FAULTS[mode] == "hang":
         assert "no answer to /health" in hits[0]["server_outage_detail"][0]["cause"], hits[0]
     if quick:  # what tests/e2e/test_restart_train.py checks of the quickstart
         check_restart_quickstart(cfg, recs, text, steps)
     assert gone(first.pid, timeout=5)  # a hung server is ours: stopped, not left behind
     s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+    if agent:
+        for r in recs:  # every step trained a whole two-turn rollout, none the one cut between its turns
+            assert r["agent_turns_mean"] == 2.0 and r["agent_generate_calls"] == 2, r
+        calls = [int(x) for x in (out / "agent_calls").read_text().split()]
+        assert calls == list(range(1, len(calls) + 1)) and len(calls) >= steps + 1, calls  # the cut one made again
+        detail = hits[0]["server_outage_detail"][0]  # its second turn's request met the killed server
+        assert detail["during"] == "rollout" and "exited with code -9" in detail["cause"], detail
+        assert "rollout" in detail["redone"] and (out / "between_turns").read_text() == str(fault_at + 1), detail
     if mode == "ipc":
         assert text.count("re-attaching to the new server") == 1
         # async prefetch on the shared copy: rollouts generated while the step before trained, the lag bound
