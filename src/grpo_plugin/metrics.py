@@ -103,9 +103,11 @@ def eval_record(step: int, logs: dict) -> dict | None:
     return {"step": step, "reward": figures.pop("reward", None), **figures}
 
 
-def server_summary(records: Sequence[dict], urls: Sequence[str], tolerance: float | None) -> list[dict]:
-    """Per server (pure): completions it sampled, syncs it took part in (every sync goes to every server) and
-    how many of them its own probe verified within `tolerance` (None: verification was off)."""
+def server_summary(records: Sequence[dict], urls: Sequence[str], tolerance: float | None,
+                   transports: Sequence[str | None] = ()) -> list[dict]:
+    """Per server (pure): completions it sampled, syncs it took part in (every sync goes to every server), how
+    many of them its own probe verified within `tolerance` (None: verification was off), and how a push's files
+    reached it (`transports`: "shared", "network"; None for ipc)."""
     syncs = [r for r in records if r.get("sync_logprob_diff") is not None or r.get("sync_ms")]
     rows = [r.get("server_rows") for r in records]
     out = []
@@ -117,6 +119,7 @@ def server_summary(records: Sequence[dict], urls: Sequence[str], tolerance: floa
             "syncs": len(syncs),
             "syncs_verified": sum(1 for d in diffs if d and d[0] is not None and tolerance is not None
                                   and d[0] <= tolerance),
+            "weight_transport": transports[i] if i < len(transports) else None,
         })
     return out
 

@@ -196,7 +196,7 @@ class StepMetricsCallback(TrainerCallback):
             server_peak_rss_mb=round(self._server_peak, 1) if self._server_peak else None,
             extra={"sync_interval": self.settings.sync_interval, "optimizer": optimizer_name(self.optimizer()),
                    "servers": server_summary(records, [c.base_url for c in replicas_of(self.session.client)],
-                                             tolerance),
+                                             tolerance, self.session.transports()),
                    **atropos_summary(records, self.settings), **agent_summary(records)},
         )
         self.writer.finish(summary, title=f"grpo_plugin · {self.session.mode}")

@@ -3,7 +3,8 @@ two-turn agent of rewards/toy_agent.py: the model answers, the environment repli
 the session servers, unmanaged (tests/conftest.py).
 
 - lora_sync, generating through the plugin's handle (`trainer.grpo_generation`): every turn sampled by the pinned
-  adapter version, so no model token is of unknown origin;
+  adapter version, so no model token is of unknown origin; on a server that cannot read the trainer's sync
+  directory (the adapter versions go over HTTP);
 - restart (full weights, reloaded in place) with `trl.async_prefetch` (the function runs in axolotl's background
   thread while the step before trains), generating through the server's OpenAI completions route as NeMo Gym's
   agents do: every model token counted as of unknown origin (not generated through the handle), the reward rising
@@ -76,12 +77,18 @@ def _check(cfg: dict, log: str, *, handle: bool, prefetched: bool = False) -> li
 
 
 def test_rollout_func_two_turns_through_the_handle_lora_sync(tmp_path, tiny_model_dir, tiny_data_file, cache_env,
-                                                           vllm_server):
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, CONFIG, server=vllm_server, max_steps=STEPS)
+                                                           blind_server):
+    """On a server that cannot read the trainer's sync directory (tests/conftest.py `blind_server`, as a server on
+    another host): found before the first push (`grpo.weight_transport: auto`), every adapter version sent over
+    HTTP, every push verified."""
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, CONFIG, server=blind_server, max_steps=STEPS)
     proc = train(path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
     _check(cfg, log, handle=True)
+    s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+    assert [x["weight_transport"] for x in s["servers"]] == ["network"], s["servers"]
+    assert f"the vLLM server at {blind_server[1].base_url} cannot read the sync directory" in log
 
 
 def test_rollout_func_two_turns_through_the_openai_route_restart(tmp_path, tiny_model_dir, tiny_data_file,

@@ -145,7 +145,8 @@ def test_for_accelerator_leads_only_when_the_weights_are_sharded(stage, fsdp2, l
 
 def test_every_sync_and_wrapper_says_what_a_push_reads():
     """The trainer gathers `weight_sync.reads` around each push: the Atropos fence and the quantized-base wrapper
-    pass their inner mode's answer on (a missing one broke every Atropos run once)."""
+    pass their inner mode's answer on (a missing one broke every Atropos run once); so for `hands_files` (whether
+    the servers must read or be sent a push's files)."""
     from grpo_plugin.sync.fence import FencedSync
     from grpo_plugin.sync.ipc import IpcSync
     from grpo_plugin.sync.lora import LoraSync
@@ -153,10 +154,12 @@ def test_every_sync_and_wrapper_says_what_a_push_reads():
     from grpo_plugin.sync.served_base import ServedBase
 
     assert (LoraSync.reads, RestartSync.reads, IpcSync.reads) == ("trainable", "all", "all")
+    assert (LoraSync.hands_files, RestartSync.hands_files, IpcSync.hands_files) == (True, True, False)
     lora = SimpleNamespace(mode="lora_sync", needs_initial_push=True, starts_server=False, reads="trainable",
-                           writes_in_place=False)
+                           writes_in_place=False, hands_files=True)
     full = SimpleNamespace(mode="restart", needs_initial_push=True, starts_server=False, reads="all",
-                           writes_in_place=True)
+                           writes_in_place=True, hands_files=True)
     assert ServedBase(lora, client=None).reads == "trainable"
     assert FencedSync(ServedBase(lora, client=None), fence=None).reads == "trainable"
     assert FencedSync(full, fence=None).reads == "all"
+    assert FencedSync(ServedBase(lora, client=None), fence=None).hands_files is True

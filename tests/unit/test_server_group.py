@@ -97,9 +97,10 @@ def test_server_summary_counts_rollouts_syncs_and_verdicts_per_server():
          "server_rows": [8, 24]},
         {"step": 3, "sync_ms": 0.0, "sync_logprob_diff": None, "server_rows": [32, 0]},
     ]
-    out = server_summary(records, ["http://a:1", "http://b:2"], tolerance=1e-4)
-    assert out == [{"url": "http://a:1", "rollouts": 56, "syncs": 2, "syncs_verified": 2},
-                   {"url": "http://b:2", "rollouts": 40, "syncs": 2, "syncs_verified": 1}]
+    out = server_summary(records, ["http://a:1", "http://b:2"], tolerance=1e-4, transports=["shared", "network"])
+    assert out == [{"url": "http://a:1", "rollouts": 56, "syncs": 2, "syncs_verified": 2, "weight_transport": "shared"},
+                   {"url": "http://b:2", "rollouts": 40, "syncs": 2, "syncs_verified": 1,
+                    "weight_transport": "network"}]
     assert server_summary(records, ["http://a:1", "http://b:2"], tolerance=None)[0]["syncs_verified"] == 0
 
 

@@ -177,6 +177,13 @@ class GRPOSettings(BaseModel):
         default=None,
         description="Where synced weights are written; default a fresh dir in /dev/shm (else the temp dir).",
     )
+    weight_transport: Literal["auto", "shared", "network"] = Field(
+        default="auto",
+        description="lora_sync / restart: how a push's files reach each vLLM server. auto: each server that reads "
+        "the trainer's sync_dir (checked before the first push) is handed the path, the others are sent the files "
+        "over HTTP; shared: every server must read sync_dir (refused before the first push otherwise); network: "
+        "always sent over HTTP.",
+    )
     ipc_fence: Literal["trainer", "server"] | None = Field(
         default=None,
         description="sync: ipc only. How generation is kept off the weights while the optimizer writes them: "

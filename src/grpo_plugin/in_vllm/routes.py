@@ -18,6 +18,8 @@
   sent while no adapter is announced, pass unchanged.
 - `POST /grpo/policy_versions {"fingerprints": [...]}` → `{"versions": [int|null, ...]}` — which version
   produced each sequence `/generate` returned (in_vllm/ledger.py).
+- `POST /grpo/sees`, `PUT /grpo/files/<dir>/<file>`, `DELETE /grpo/files/<dir>` — whether this server reads the
+  trainer's sync directory, and the weights sent over HTTP when it does not (in_vllm/uploads.py).
 
 State lives in this API-server process (vLLM's default of one API server; `--api-server-count > 1` would
 split it). Logprobs are what the server was started with: our servers use `--logprobs-mode processed_logprobs`,
@@ -33,6 +35,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from grpo_plugin.in_vllm import uploads
 from grpo_plugin.in_vllm.ledger import Ledger
 
 POLICY: dict[str, Any] = {"version": None, "model": None}
@@ -52,6 +55,10 @@ async def grpo_routes(request: Request, call_next):
         return await _policy(request) if method == "POST" else JSONResponse(dict(POLICY, ledger_size=len(LEDGER)))
     if path == "/grpo/policy_versions" and method == "POST":
         return await _policy_versions(request)
+    if path == "/grpo/sees" and method == "POST":
+        return await uploads.sees(request)
+    if path.startswith(uploads.PREFIX):
+        return await uploads.files(request)
     if path in OPENAI_ROUTES and method == "POST" and POLICY["model"] is not None:
         await _serve_the_policy(request)
     return await call_next(request)

@@ -19,6 +19,7 @@ from typing import Any
 import requests
 
 from grpo_plugin.options import GENERATE_FIELDS
+from grpo_plugin.server.files import SharedFiles, chunks
 
 
 class ServerError(RuntimeError):
@@ -79,10 +80,14 @@ class VLLMServerClient:
         self.watch: Callable[[], str | None] | None = None
         self.watch_every = 2.0
         self.health_timeout = 5.0
+        self.files = SharedFiles()  # how a sync's files reach this server (server/files.py: shared or sent)
+        self._adapter_dirs: dict[str, str] = {}  # adapter name -> the trainer's directory it was loaded from
 
     def fork(self) -> VLLMServerClient:
         """The same server on a new HTTP session (for another thread)."""
-        return VLLMServerClient(self.base_url, timeout=self.timeout)
+        other = VLLMServerClient(self.base_url, timeout=self.timeout)
+        other.files = self.files
+        return other
 
     # -- plumbing -------------------------------------------------------------------------------
     def _send(self, path: str, payload: dict[str, Any], timeout: float) -> requests.Response:
@@ -239,10 +244,52 @@ class VLLMServerClient:
 
     # -- weight sync ----------------------------------------------------------------------------
     def load_lora_adapter(self, name: str, path: str, *, inplace: bool = False) -> None:
-        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path, "load_inplace": inplace})
+        """`path`: the trainer's adapter directory (sent first to a server that cannot read it)."""
+        served = self.files.server_path(self, path)
+        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": served, "load_inplace": inplace})
+        self._adapter_dirs[name] = path
 
     def unload_lora_adapter(self, name: str, *, timeout: float | None = None) -> None:
         self._post("/v1/unload_lora_adapter", {"lora_name": name}, timeout=timeout)
+        local = self._adapter_dirs.pop(name, None)
+        if local is not None:
+            self.files.forget(self, local)
+
+    # -- files for a server that cannot read the sync directory (server/files.py, in_vllm/uploads.py) -------
+    def sees(self, path: str, nonce: str) -> tuple[bool, str]:
+        """Whether the server reads the file `path` (holding `nonce`) the trainer wrote: (yes, why not)."""
+        try:
+            body = self._json(self._post("/grpo/sees", {"path": path, "nonce": nonce}, timeout=60), "/grpo/sees")
+        except ServerError as exc:
+            if "HTTP 404" in str(exc):
+                raise ServerError(f"the vLLM server at {self.base_url} has no grpo_plugin routes (/grpo/sees): it "
+                                  "was not started by `axolotl vllm-serve <config.yaml>` or grpo.managed_server "
+                                  f"(or by an older grpo_plugin). Server reply: {exc}") from exc
+            raise
+        return bool(body.get("sees")), str(body.get("why", ""))
+
+    def send_file(self, name: str, path, sha256: str) -> tuple[str, int]:
+        """Stream the file `path` to the server as `<dir>/<file>` (`name`): (the server's directory, bytes)."""
+        where = f"/grpo/files/{name}"
+        try:
+            resp = self.session.put(f"{self.base_url}{where}", data=chunks(path), timeout=self.timeout,
+                                    headers={"X-GRPO-SHA256": sha256, "Content-Type": "application/octet-stream"})
+        except requests.RequestException as exc:
+            raise ServerError(f"PUT {where} to the vLLM server at {self.base_url} failed: {exc}") from exc
+        if resp.status_code != 200:
+            raise ServerError(f"PUT {where} -> HTTP {resp.status_code}: {resp.text[:500]}")
+        body = self._json(resp, where)
+        return str(body["path"]), int(body["bytes"])
+
+    def delete_sent(self, name: str) -> bool:
+        """Remove the directory `name` sent earlier from the server: whether it was there."""
+        try:
+            resp = self.session.delete(f"{self.base_url}/grpo/files/{name}", timeout=60)
+        except requests.RequestException as exc:
+            raise ServerError(f"DELETE /grpo/files/{name} at {self.base_url} failed: {exc}") from exc
+        if resp.status_code != 200:
+            raise ServerError(f"DELETE /grpo/files/{name} -> HTTP {resp.status_code}: {resp.text[:300]}")
+        return bool(self._json(resp, f"/grpo/files/{name}").get("removed"))
 
     def reset_prefix_cache(self) -> None:
         """vLLM answers HTTP 200 with `{"success": false}` when running requests still hold KV blocks (e.g. an
@@ -295,9 +342,11 @@ class VLLMServerClient:
         return (config.get("parallel_config") or {}).get("worker_extension_cls") or None
 
     def collective_rpc(self, method: str, kwargs: dict[str, Any] | None = None,
-                       timeout: float | None = None) -> list[Any]:
-        """Call `method` on every vLLM worker (dev mode `/collective_rpc`); one result per worker."""
-        payload: dict[str, Any] = {"method": method, "kwargs": kwargs or {}}
+                       timeout: float | None = None, paths: dict[str, str] | None = None) -> list[Any]:
+        """Call `method` on every vLLM worker (dev mode `/collective_rpc`); one result per worker. `paths`: more
+        keyword arguments that are directories of the trainer's (this server gets its own path to each)."""
+        kwargs = {**(kwargs or {}), **{k: self.files.server_path(self, v) for k, v in (paths or {}).items()}}
+        payload: dict[str, Any] = {"method": method, "kwargs": kwargs}
         if timeout is not None:
             payload["timeout"] = timeout
         resp = self._post("/collective_rpc", payload, timeout=timeout)

@@ -172,7 +172,7 @@ class ServerGroup:
         self.each(lambda c: c.set_policy(version, model))
 
     def collective_rpc(self, method: str, kwargs: dict[str, Any] | None = None,
-                       timeout: float | None = None) -> list[Any]:
+                       timeout: float | None = None, paths: dict[str, str] | None = None) -> list[Any]:
         """Every worker of every server: one result per worker, server after server."""
-        per_server = self.each(lambda c: c.collective_rpc(method, kwargs, timeout=timeout))
+        per_server = self.each(lambda c: c.collective_rpc(method, kwargs, timeout=timeout, paths=paths))
         return [r for results in per_server for r in results]

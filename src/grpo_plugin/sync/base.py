@@ -67,6 +67,9 @@ class WeightSync(Protocol):
     # What a push reads of the trainer's model: "trainable" (the adapter) or "all" (every weight). Under DeepSpeed
     # ZeRO-3 exactly these are gathered on every rank around the push (sync/ranks.py).
     reads: str
+    # True when a push hands the server files from the sync directory (an adapter, a checkpoint): each server then
+    # reads them there or is sent them (server/files.py, grpo.weight_transport). ipc hands no file.
+    hands_files: bool
 
     @property
     def generation_model(self) -> str: ...

@@ -55,6 +55,7 @@ class FencedSync:
         self.mode = inner.mode
         self.needs_initial_push = inner.needs_initial_push
         self.starts_server = inner.starts_server
+        self.hands_files = inner.hands_files
 
     @property
     def generation_model(self) -> str:

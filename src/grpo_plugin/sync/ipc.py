@@ -51,6 +51,7 @@ FENCES = ("trainer", "server")
 
 class IpcSync:
     mode = "ipc"
+    hands_files = False  # the server computes with the trainer's own copy
     needs_initial_push = False  # the server computes with the trainer's own tensors from the start
     starts_server = False
     writes_in_place = True  # a re-attach copies weights in; every optimizer step writes them (gate in _StepFence)

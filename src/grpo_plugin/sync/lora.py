@@ -39,6 +39,7 @@ class LoraSync:
     needs_initial_push = True  # the adapter must exist on the server before the first rollout
     starts_server = False
     writes_in_place = False  # every push is a new adapter name; rollouts on older versions go on
+    hands_files = True  # each version's adapter directory
     reads = "trainable"  # the adapter: under ZeRO-3 only it is gathered for a push (sync/ranks.py)
 
     def __init__(self, client, *, adapter_name: str, sync_dir: str | None = None, gate: PolicyGate | None = None,

@@ -76,8 +76,9 @@ class InPlaceReload:
     def apply(self, weights_dir: str | None) -> dict:
         """Reload `weights_dir` (None: the checkpoint the server was started on)."""
         try:
+            # None: the worker reloads the checkpoint it was started on; a directory: each server its own path to it
             results = self._reset.around(lambda: self.client.collective_rpc(
-                RELOAD_METHOD, {"weights_path": weights_dir}, timeout=self.timeout))
+                RELOAD_METHOD, timeout=self.timeout, paths={"weights_path": weights_dir} if weights_dir else None))
         except ServerError as exc:
             raise SyncError(explain_rpc_failure(self.label, str(exc),
                                                 "the in-place reload failed on the server")) from exc
@@ -158,6 +159,7 @@ class _ProcessRestart:
 
 class RestartSync:
     mode = "restart"
+    hands_files = True  # the checkpoint the server reloads (or restarts on)
     writes_in_place = True  # reload: the served weights change; process: the server itself is replaced
     reads = "all"  # every weight (gathered for a push under ZeRO-3, sync/ranks.py)
 

@@ -34,6 +34,7 @@ class ServedBase:
         self.mode = inner.mode
         self.needs_initial_push = inner.needs_initial_push
         self.starts_server = inner.starts_server
+        self.hands_files = inner.hands_files
         self._sync_dir, self._rpc_timeout = sync_dir, rpc_timeout
         self._model = None
         self._reload: InPlaceReload | None = None

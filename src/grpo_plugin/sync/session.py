@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accelerate.utils import broadcast_object_list
@@ -24,7 +25,10 @@ from transformers import TrainerCallback
 
 from grpo_plugin.config.lookups import DEFAULT_TOLERANCE, loaded_cfg
 from grpo_plugin.config.schema import GRPOSettings
+from grpo_plugin.server import files
+from grpo_plugin.server.group import replicas_of
 from grpo_plugin.server.recovery import ServerGuard
+from grpo_plugin.storage import default_sync_root
 from grpo_plugin.sync import build_weight_sync
 from grpo_plugin.sync.base import ModelHandle, SyncResult
 from grpo_plugin.sync.gate import PolicyGate
@@ -63,11 +67,20 @@ class SyncSession:
     def mode(self) -> str:
         return self.weight_sync.mode
 
+    def transports(self) -> list[str | None]:
+        """How a push's files reach each server ("shared", "network"); None for a mode that hands none (ipc)."""
+        return [c.files.kind if self.weight_sync.hands_files else None for c in replicas_of(self.client)]
+
     def attach(self, model: ModelHandle, ranks: OneCopy | LeadFollow, tokenizer) -> None:
         """The trainer's model is loaded: prepare the mode on it and build the probe (its tolerance follows the
         model's dtype unless grpo.verify_tolerance says otherwise). `ranks`: who reads the weights for a push
         (sync/ranks.py)."""
         self.model, self.ranks = model, ranks
+        if model.is_main and self.weight_sync.hands_files:  # rank 0 pushes: how its files reach each server
+            sync_root = Path(self.settings.sync_dir) if self.settings.sync_dir else default_sync_root()
+            for c, how in zip(replicas_of(self.client), files.choose(replicas_of(self.client), sync_root,
+                                                                      self.settings.weight_transport)):
+                c.files = how
         # before prepare(): a pending verification is finished before ipc's fence takes the gate for the step
         model.add_callback(_FinishVerification(self))
         self.weight_sync.prepare(model)
