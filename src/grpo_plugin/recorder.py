@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 
 from transformers import TrainerCallback
 
+from grpo_plugin import runtime
 from grpo_plugin.config.lookups import loaded_cfg
 from grpo_plugin.metrics import (
     MetricsWriter,
@@ -159,8 +160,10 @@ class StepMetricsCallback(TrainerCallback):
         if procs:
             return [p.pid for p in procs if p.pid]
         if self._unmanaged_pids is None:
-            ports = [urlparse(c.base_url).port for c in replicas_of(self.session.client)]
-            self._unmanaged_pids = [pid for pid in (listening_pid(p) for p in ports if p) if pid]
+            # a server on another host is not measured (a local process on the same port is not that server)
+            urls = [urlparse(c.base_url) for c in replicas_of(self.session.client)]
+            ports = [u.port for u in urls if u.port and runtime.is_local(u.hostname)]
+            self._unmanaged_pids = [pid for pid in (listening_pid(p) for p in ports) if pid]
         return self._unmanaged_pids
 
     def on_step_begin(self, args, state, control, **kwargs):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -19,8 +20,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 from tests.conftest import ROOT
+from tests.e2e import hosts
 from tests.e2e.test_async_prefetch import _check_async
 from tests.e2e.test_axolotl_train import (
     BIN,
@@ -31,7 +34,6 @@ from tests.e2e.test_axolotl_train import (
     left_behind,
     managed_pid,
     quickstart,
-    start_vllm_serve,
     sync_dirs,
 )
 from tests.e2e.test_restart_train import check_restart_quickstart
@@ -229,43 +231,57 @@ def test_full_weight_modes_survive_a_killed_or_hung_managed_server(mode, tmp_pat
         assert not left_behind("restart", before), "the run left its sync directory behind"
 
 
-@pytest.mark.parametrize("config", ["quickstart_lora_sync.yaml"])  # + quickstart_ipc.yaml: passes, ~2 min of CI
-def test_unmanaged_server_killed_and_restarted_by_the_user(config, tmp_path, tiny_model_dir, tiny_data_file,
-                                                           cache_env):
-    """Two terminals: `axolotl vllm-serve` in one, `axolotl train` (sync_interval 2) in the other. The server dies;
-    the trainer waits (saying what to run), the user starts it again, the trainer re-pushes (lora_sync) or
-    re-attaches (ipc), verifies and finishes; the server keeps running after training until the user's Ctrl-C.
-    ipc's re-attach to a new server also runs in the managed fault test (twice) and
-    tests/integration/test_ipc_sync.py."""
+@pytest.mark.skipif(hosts.available() is not None, reason=f"two hosts: {hosts.available()}")
+def test_unmanaged_server_on_another_host_killed_and_restarted_by_the_user(tmp_path, tiny_model_dir, tiny_data_file,
+                                                                          cache_env):
+    """Two hosts (tests/e2e/hosts.py: network, mount and PID namespaces of their own, joined by their own link; the
+    server's host with a private /tmp and /dev/shm, the trainer's with a private /dev/shm): `axolotl vllm-serve` on
+    host B, `axolotl train` (lora_sync, sync_interval 2) on host A naming B's address. Before the first push the
+    trainer finds that the server cannot read its sync directory and sends every adapter version over the link.
+    The server dies; the trainer waits (it cannot restart what it did not start: it says so with the URL), the user
+    starts it again on B, the trainer re-pushes, verifies and finishes; the server keeps running after training
+    until the user's Ctrl-C. (ipc's re-attach to a new server runs in the managed fault test and
+    tests/integration/test_ipc_sync.py; ipc with a server on another host is refused before load.)"""
     steps = 12
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=config, max_steps=steps,
-                           grpo={"managed_server": False, "server_hang_timeout": 10, "sync_interval": 2})
-    serve_logs = [tmp_path / "serve1.log", tmp_path / "serve2.log"]
-    serve = start_vllm_serve(path, serve_logs[0])
-    serve2 = None
-    log = tmp_path / "train.log"
-    # `axolotl train` waits for the server itself (with a progress line): started right away
-    proc = _start_train(path, log)
-    try:
-        _wait_step(cfg, 4, proc, log)
-        assert "vLLM server ready" in serve_logs[0].read_text()
-        os.killpg(serve.pid, signal.SIGKILL)  # terminal 1's whole process group dies
-        serve.wait(timeout=30)
-        t0 = time.monotonic()
-        while "waiting for it to come back" not in log.read_text():
-            assert time.monotonic() - t0 < 120, log.read_text()[-4000:]
-            assert proc.poll() is None, log.read_text()[-4000:]
-            time.sleep(0.5)
-        serve2 = start_vllm_serve(path, serve_logs[1])  # the user brings it back
-        text = _finish(proc, log)
-        assert serve2.poll() is None  # an unmanaged server keeps running after training
-    finally:
-        if proc.poll() is None:
+    with hosts.Hosts() as net:
+        path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
+                               grpo={"managed_server": False, "server_hang_timeout": 10, "sync_interval": 2})
+        cfg["vllm"]["host"] = net.addr("b")
+        path.write_text(yaml.safe_dump(cfg))
+        url = f"http://{net.addr('b')}:{cfg['vllm']['port']}"
+        stage = tmp_path / "host-b"  # what host B has: its copy of the model, the data, and its config
+        shutil.copytree(tiny_model_dir, stage / "model")
+        shutil.copy(tiny_data_file, stage / "data.jsonl")
+        on_b = {**cfg, "base_model": "/tmp/host/model", "dataset_prepared_path": "/tmp/host/prepared",
+                "output_dir": "/tmp/host/out", "datasets": [{**cfg["datasets"][0], "path": "/tmp/host/data.jsonl"}]}
+        (stage / "cfg.yaml").write_text(yaml.safe_dump(on_b))
+        serve_cmd = [str(BIN / "axolotl"), "vllm-serve", "/tmp/host/cfg.yaml"]
+        serve_logs = [tmp_path / "serve1.log", tmp_path / "serve2.log"]
+        serve = net.popen("b", serve_cmd, log=serve_logs[0], env=env(), cwd=ROOT, private_tmp=stage)
+        serve2 = None
+        log = tmp_path / "train.log"
+        # `axolotl train` waits for the server itself (with a progress line): started right away
+        proc = net.popen("a", [str(BIN / "axolotl"), "train", str(path), *FAST], log=log, env=env(), cwd=ROOT)
+        try:
+            _wait_step(cfg, 4, proc, log)
+            assert "vLLM server ready" in serve_logs[0].read_text()
+            os.killpg(serve.pid, signal.SIGKILL)  # host B's server dies, all of it (its PID namespace)
+            serve.wait(timeout=30)
+            t0 = time.monotonic()
+            while "waiting for it to come back" not in log.read_text():
+                assert time.monotonic() - t0 < 120, log.read_text()[-4000:]
+                assert proc.poll() is None, log.read_text()[-4000:]
+                time.sleep(0.5)
+            serve2 = net.popen("b", serve_cmd, log=serve_logs[1], env=env(), cwd=ROOT, private_tmp=stage)
             text = _finish(proc, log)
-        for s in (serve, serve2):
-            if s is not None and s.poll() is None:
-                os.killpg(s.pid, signal.SIGINT)  # Ctrl-C in terminal 1
-                s.wait(timeout=90)
+            assert serve2.poll() is None  # an unmanaged server keeps running after training
+        finally:
+            if proc.poll() is None:
+                text = _finish(proc, log)
+            for s in (serve, serve2):
+                if s is not None and s.poll() is None:
+                    os.killpg(s.pid, signal.SIGINT)  # Ctrl-C in host B's terminal
+                    s.wait(timeout=90)
     assert "stopping vLLM server" in serve_logs[1].read_text()
     assert proc.returncode == 0, text[-6000:]
     recs = _assert_complete_and_verified(cfg, steps, outages=1)
@@ -280,8 +296,12 @@ def test_unmanaged_server_killed_and_restarted_by_the_user(config, tmp_path, tin
     assert all(r["sync_ms"] > 0 and r["sync_logprob_diff"] <= TOL for r in calm[0::2])
     assert all(r["sync_ms"] == 0 and r["sync_logprob_diff"] is None for r in calm[1::2])
     assert all(r["policy_lag"] in (0, 1) for r in recs)
+    assert f"the vLLM server at {url} cannot read the sync directory" in text  # found before the first push
+    assert url in text[text.index("waiting for it to come back") - 400:][:800]  # the wait names the server
     summary = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
-    assert summary["server_peak_rss_mb"] > 500  # the unmanaged server's processes were measured too
+    assert [x["weight_transport"] for x in summary["servers"]] == ["network"], summary["servers"]
+    assert summary["servers"][0]["url"] == url
+    assert summary["server_peak_rss_mb"] is None  # a server on another host is not measured (no local PID)
 
 
 def test_restarts_exhausted_saves_a_checkpoint_that_resumes_with_a_verified_first_sync(

@@ -1,0 +1,89 @@
+""""Hosts" on this machine for the multi-host tests: network namespaces the test creates, joined by a veth pair of
+their own, with addresses that exist only inside them. A process started on a host also gets a mount namespace of
+its own with a private /dev/shm (the sync directories' default root) and a PID namespace of its own (its processes
+see no other host's); `private_tmp` gives it a private /tmp too, holding a copy of a staging directory (the model and
+config the server host reads). The code and the virtual environment are shared, as on machines built from one image.
+
+Needs root and iproute2 / util-linux (`ip`, `unshare`); `available()` says why not, for a skip."""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+
+# Runs as the host's first process: mounts its private /dev/shm (and /tmp), then execs the command.
+_SETUP = r"""set -e
+mount -t tmpfs "grpo-host" /dev/shm
+if [ -n "$GRPO_HOST_STAGE" ]; then
+  cp -a "$GRPO_HOST_STAGE" /dev/shm/.stage
+  mount -t tmpfs "grpo-host" /tmp
+  cp -a /dev/shm/.stage /tmp/host
+  rm -rf /dev/shm/.stage
+fi
+exec "$@"
+"""
+
+
+def available() -> str | None:
+    """None if hosts can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "network and mount namespaces need root"
+    missing = [t for t in ("ip", "unshare") if shutil.which(t) is None]
+    return f"{', '.join(missing)} not installed" if missing else None
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+class Hosts:
+    """Two hosts on one link: `with Hosts() as h: h.addr("b")`, `h.popen("b", [...])`."""
+
+    def __init__(self, names: tuple[str, str] = ("a", "b")):
+        token = secrets.token_hex(3)
+        self.names = names
+        self.netns = {n: f"grpo-{token}-{n}" for n in names}
+        self._links = {n: f"g{token}{n}"[:15] for n in names}
+        net = f"10.{random.randint(200, 250)}.{random.randint(0, 255)}"
+        self._addrs = {n: f"{net}.{i + 1}" for i, n in enumerate(names)}
+
+    def __enter__(self) -> Hosts:
+        try:
+            for n in self.names:
+                _ip("netns", "add", self.netns[n])
+            a, b = self.names
+            _ip("link", "add", self._links[a], "type", "veth", "peer", "name", self._links[b])
+            for n in self.names:
+                _ip("link", "set", self._links[n], "netns", self.netns[n])
+                _ip("-n", self.netns[n], "addr", "add", f"{self._addrs[n]}/24", "dev", self._links[n])
+                _ip("-n", self.netns[n], "link", "set", self._links[n], "up")
+                _ip("-n", self.netns[n], "link", "set", "lo", "up")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for n in self.names:  # the veth pair goes with its namespaces
+            subprocess.run(["ip", "netns", "del", self.netns[n]], capture_output=True)
+
+    def addr(self, name: str) -> str:
+        return self._addrs[name]
+
+    def popen(self, name: str, argv: list[str], *, log: Path, env: dict, cwd: Path,
+              private_tmp: Path | None = None) -> subprocess.Popen:
+        """`argv` on host `name`, output to `log`, in a session of its own (its process group is the test's to
+        signal). `private_tmp`: the host's /tmp is its own, holding a copy of that directory at /tmp/host."""
+        env = dict(env)
+        env.pop("GRPO_HOST_STAGE", None)
+        if private_tmp is not None:
+            env["GRPO_HOST_STAGE"] = str(private_tmp)
+        cmd = ["ip", "netns", "exec", self.netns[name], "unshare", "--mount", "--pid", "--fork", "--mount-proc",
+               "--propagation", "private", "--", "sh", "-c", _SETUP, f"grpo-host-{name}", *argv]
+        with log.open("ab") as out:
+            return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
