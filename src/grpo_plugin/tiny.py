@@ -88,6 +88,8 @@ def build_tokenizer(out_dir: str | Path):
 MODEL_SIZES = {
     "tiny": {},
     "100m": {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "num_kv_heads": 4, "intermediate_size": 3072},
+    # Qwen2.5-0.5B's layers (the byte tokenizer's small vocabulary: ~0.36B parameters, 1.4 GB in fp32)
+    "0.5b": {"hidden_size": 896, "num_layers": 24, "num_heads": 14, "num_kv_heads": 2, "intermediate_size": 4864},
 }
 
 

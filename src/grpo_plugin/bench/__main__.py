@@ -3,6 +3,8 @@ ONE run on the same machine:
 
     python -m grpo_plugin.bench sync --mode lora_sync [--model DIR] [--repeats 30] [--json]     (bench/lora.py)
     python -m grpo_plugin.bench sync --mode restart [--sizes tiny,100m] [--repeats 20] [--json] (bench/restart.py)
+    python -m grpo_plugin.bench sync --transport [both|shared|network] [--sizes tiny,100m,0.5b] [--repeats 5]
+                                                                                            (bench/transport.py)
     python -m grpo_plugin.bench ipc [--sizes tiny,100m] [--repeats 20] [--eager-only] [--json]  (bench/ipc.py)
     python -m grpo_plugin.bench ipc --cuda [--shape 1.5b|7b] [--steps 3] [--json]           (bench/ipc_cuda.py)
     python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--spool DIR] [--json] (bench/atropos.py)
@@ -52,6 +54,9 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--repeats", type=_count(1), default=30, help="pushes per measured sync (restart: reloads)")
     s.add_argument("--lora-r", type=int, default=16)
     s.add_argument("--port", type=int, default=None)
+    s.add_argument("--transport", nargs="?", const="both", default=None, choices=["both", "shared", "network"],
+                   help="instead: the files of a push read from the sync directory (shared) vs sent over HTTP "
+                   "(network), adapter and full weights, on --sizes (bench/transport.py)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     i = sub.add_parser("ipc", help="ipc vs restart vs lora_sync: sync pause, memory (PSS), decode throughput")
     i.add_argument("--sizes", default="tiny,100m", help="model sizes to build (tiny, 100m)")
@@ -116,6 +121,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _module(args):
     name = args.cmd if args.cmd != "sync" else ("restart" if args.mode == "restart" else "lora")
+    if args.cmd == "sync" and args.transport:
+        name = "transport"
     if args.cmd in ("ipc", "zero3") and args.cuda:
         name = f"{args.cmd}_cuda"
     return importlib.import_module(f"grpo_plugin.bench.{name}")
@@ -142,6 +149,9 @@ def _run(bench, args) -> dict:
         return bench.run(args.shape, args.steps)
     if args.cmd == "ipc":
         return bench.run([x for x in args.sizes.split(",") if x], args.repeats, compiled=not args.eager_only)
+    if args.transport:
+        sides = list(bench.SIDES) if args.transport == "both" else [args.transport]
+        return bench.run([x for x in args.sizes.split(",") if x], args.repeats, sides)
     if args.mode == "restart":
         return bench.run([x for x in args.sizes.split(",") if x], args.repeats, args.process_repeats,
                          args.axolotl_repeats, args.port)

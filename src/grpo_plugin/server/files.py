@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import threading
 from pathlib import Path
 
 LOG = logging.getLogger("grpo_plugin")
@@ -56,12 +57,24 @@ class SentFiles:
         client.delete_sent(Path(local_dir).name)
 
 
+_DIGESTS: dict[tuple, str] = {}  # (path, inode, size, mtime) -> sha256: a push's file is hashed once, not per server
+_DIGEST_LOCK = threading.Lock()
+
+
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """The file's sha256, computed once per version of the file (every server of a push asks for it)."""
+    st = path.stat()
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    with _DIGEST_LOCK:  # the servers' threads ask at once: the first hashes, the others wait for its answer
+        if key not in _DIGESTS:
+            digest = hashlib.sha256()
+            with path.open("rb") as fh:
+                while chunk := fh.read(CHUNK):
+                    digest.update(chunk)
+            if len(_DIGESTS) > 64:
+                _DIGESTS.clear()
+            _DIGESTS[key] = digest.hexdigest()
+        return _DIGESTS[key]
 
 
 def chunks(path: Path):

@@ -1,0 +1,118 @@
+"""How a push's files reach a vLLM server (`grpo.weight_transport`): handed as a path in a directory the server reads
+(`shared`) vs sent over HTTP (`network`: streamed, sha256-checked, written by the server), in one run on one server
+per model size, for a LoRA adapter (lora_sync) and for the full weights (restart, reloaded in place):
+
+    python -m grpo_plugin.bench sync --transport [both|shared|network] [--sizes tiny,100m,0.5b] [--repeats 5]
+                                     [--json]
+
+The sides alternate push by push (ABBA) on the same server; every push is verified by the probe. Figure: the
+trainer-visible pause per push (median), network / shared, and the bytes sent per second of the network side's
+pause. The link is the loopback: between namespaces on one machine (a veth pair) the kernel copies the same way;
+between real hosts the link's bandwidth bounds `network` (docs/scaling.md has the model).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from grpo_plugin.bench.common import free_port, perturb, probe_token_ids, scratch, stack, stack_line
+from grpo_plugin.server.files import SentFiles, SharedFiles
+from grpo_plugin.server.process import ServerSpec, launch
+from grpo_plugin.sync.base import ModelHandle
+from grpo_plugin.tiny import MODEL_SIZES, build_model
+
+SIDES = ("shared", "network")
+
+
+def _order(i: int, sides: list[str]) -> list[str]:
+    return sides if i % 2 == 0 else list(reversed(sides))
+
+
+def _pushes(client, sync, model, verifier, sides: list[str], repeats: int, only: str) -> dict:
+    """`repeats` pushes per side, alternated, after one untimed push per side; each verified."""
+    ms: dict[str, list[float]] = {s: [] for s in sides}
+    sent: dict[str, list[int]] = {s: [] for s in sides}
+    diffs = []
+    for i in range(repeats + 1):
+        for side in _order(i, sides):
+            client.files = SentFiles() if side == "network" else SharedFiles()
+            perturb(model, 1000 * i + len(side), scale=0.01, only=only)
+            t0 = time.perf_counter()
+            sync.push(i)
+            pause = (time.perf_counter() - t0) * 1e3
+            diff, _ = verifier.measure(model, sync.generation_model)
+            diffs.append(diff)
+            if i > 0:
+                ms[side].append(pause)
+                sent[side].append(getattr(client.files, "bytes_sent", 0))
+    out = {side: {"median_ms": round(statistics.median(v), 2), "n": len(v)} for side, v in ms.items()}
+    if "network" in out:
+        nbytes = statistics.median(sent["network"])
+        out["network"]["bytes"] = int(nbytes)
+        out["network"]["mb_per_s"] = round(nbytes / 2**20 / (out["network"]["median_ms"] / 1e3), 1)
+    if len(out) == 2:
+        out["ratio_network_to_shared"] = round(out["network"]["median_ms"] / out["shared"]["median_ms"], 3)
+    out["max_logprob_diff"] = max(diffs)
+    out["verified"] = all(d <= 1e-4 for d in diffs)
+    return out
+
+
+def run(sizes: list[str], repeats: int, sides: list[str]) -> dict:
+    import torch  # heavy (torch, transformers, peft): loaded only when this benchmark runs
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from grpo_plugin.sync import ProbeVerifier
+    from grpo_plugin.sync.lora import LoraSync
+    from grpo_plugin.sync.restart import InPlaceReload, RestartSync
+
+    out: dict = {"benchmark": "transport", "repeats": repeats, "sides": sides, "link": "loopback", "models": {},
+                 "stack": stack()}
+    with scratch("grpo-bench-transport-") as tmp:
+        for size in sizes:
+            model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
+            spec = ServerSpec(model=model_dir, port=free_port(), dtype="float32", max_model_len=512,
+                              enforce_eager=True, max_lora_rank=16)
+            server, client = launch(spec, tmp / f"vllm_server-{size}.log", timeout=900, client_timeout=600)
+            try:
+                probe_ids = probe_token_ids(model_dir)
+                base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+                res: dict = {"params": sum(p.numel() for p in base.parameters())}
+                full = RestartSync(client, strategy="reload", sync_dir=str(tmp))
+                full.prepare(ModelHandle.of(base))
+                res["full_weights"] = _pushes(client, full, base, ProbeVerifier(client, probe_ids, 1e-4, "restart"),
+                                              sides, repeats, only="")
+                client.files = SharedFiles()
+                InPlaceReload(client, timeout=600).apply(None)  # the server's own weights again, for the adapter
+                full.close()
+                del base
+                peft = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                                      LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=[
+                                          "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                          "down_proj"]))
+                adapter = LoraSync(client, adapter_name="bench-transport", sync_dir=str(tmp))
+                adapter.prepare(ModelHandle.of(peft))
+                res["adapter"] = _pushes(client, adapter, peft, ProbeVerifier(client, probe_ids, 1e-4, "lora_sync"),
+                                         sides, repeats, only="lora_B")
+                adapter.close()
+                out["models"][size] = res
+            finally:
+                server.stop()
+    return out
+
+
+def report(out: dict) -> None:
+    print(f"weight transport: the sync directory read by the server (shared) vs sent over HTTP (network), "
+          f"link {out['link']}, median of {out['repeats']} alternated pushes per side, every push verified")
+    for size, res in out["models"].items():
+        for what in ("adapter", "full_weights"):
+            r = res[what]
+            parts = [f"{side} {r[side]['median_ms']:.1f} ms" for side in out["sides"]]
+            if "network" in r:
+                parts.append(f"{r['network']['bytes'] / 2**20:.1f} MiB sent, {r['network']['mb_per_s']} MiB/s")
+            if "ratio_network_to_shared" in r:
+                parts.append(f"ratio {r['ratio_network_to_shared']:.2f}")
+            print(f"  {size:5s} ({res['params'] / 1e6:.1f}M params) {what:12s} " + " · ".join(parts)
+                  + f" · verified {r['verified']}")
+    print(stack_line(out["stack"]))
