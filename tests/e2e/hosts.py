@@ -15,6 +15,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import yaml
+
 # Runs as the host's first process: mounts its private /dev/shm (and /tmp), then execs the command.
 _SETUP = r"""set -e
 mount -t tmpfs "grpo-host" /dev/shm
@@ -87,3 +89,14 @@ class Hosts:
         with log.open("ab") as out:
             return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def server_host_copy(stage: Path, cfg: dict, model_dir: Path, data_file: Path) -> str:
+    """What a server host has of its own (its /tmp is private: `Hosts.popen(..., private_tmp=stage)`): a copy of
+    the model and the data, and the config with its paths there. Returns that config's path as the host sees it."""
+    shutil.copytree(model_dir, stage / "model")
+    shutil.copy(data_file, stage / "data.jsonl")
+    there = {**cfg, "base_model": "/tmp/host/model", "dataset_prepared_path": "/tmp/host/prepared",
+             "output_dir": "/tmp/host/out", "datasets": [{**cfg["datasets"][0], "path": "/tmp/host/data.jsonl"}]}
+    (stage / "cfg.yaml").write_text(yaml.safe_dump(there))
+    return "/tmp/host/cfg.yaml"

@@ -1,7 +1,8 @@
 """`trl.async_prefetch: true` through `axolotl train`: the next rollout is generated while the current step trains,
 in every sync mode, with exact policy versions (sync/gate.py) and the lag bound held on every step.
 
-Here: restart on the session's full-weight server, unmanaged. The runs with a server lost mid-run (a prefetched
+Here: restart, unmanaged, with the server on another host reading the trainer's sync directory from a filesystem
+both see. The runs with a server lost mid-run (a prefetched
 rollout in flight: the main thread recovers, stale rollouts are dropped) are the fault runs, with async prefetch on:
 lora_sync on two managed servers, one killed and the other hung (test_scale_train.py); ipc on a managed server of
 its own (the shared weight file), killed (test_server_faults.py). `_check_async` is what every async run shows."""
@@ -11,11 +12,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import signal
+import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.e2e.test_axolotl_train import gone, managed_pid, quickstart, train
+from tests.conftest import ROOT
+from tests.e2e import hosts
+from tests.e2e.test_axolotl_train import BIN, FAST, env, gone, managed_pid, quickstart, train
 
 pytestmark = pytest.mark.e2e
 STEPS = 20  # the tiny task's reward takes off around steps 3-10
@@ -50,15 +57,43 @@ def _check_async(cfg, log: str, steps: int, *, bound: int = 1, learns: bool = Tr
     assert "sampling/importance_sampling_ratio/mean" in log
 
 
-def test_async_prefetch_restart_reload_on_an_unmanaged_server(tmp_path, tiny_model_dir, tiny_data_file, cache_env,
-                                                              full_weight_server):
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml",
-                           server=full_weight_server, max_steps=STEPS, trl={"async_prefetch": True})
-    proc = train(path)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-5000:]
-    _check_async(cfg, log, STEPS)
-    assert not re.search(r"Traceback", log), log[-3000:]
+@pytest.mark.skipif(hosts.available() is not None, reason=f"two hosts: {hosts.available()}")
+def test_async_prefetch_restart_reload_on_a_server_on_another_host_through_a_shared_directory(
+        tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    """The server on another host (tests/e2e/hosts.py: its own network, mount and PID namespaces, private /tmp and
+    /dev/shm), `axolotl vllm-serve` started there; the trainer's grpo.sync_dir on a filesystem both hosts see at
+    the same path (here /var/tmp, which neither host remounts), with `grpo.weight_transport: shared`: checked before
+    the first push, then every full-weight push handed as a path and reloaded in place, verified."""
+    from tests.e2e.test_server_faults import _finish
+
+    shared = Path(tempfile.mkdtemp(prefix="grpo-shared-sync-", dir="/var/tmp"))
+    try:
+        with hosts.Hosts() as net:
+            path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml",
+                                   max_steps=STEPS, trl={"async_prefetch": True},
+                                   grpo={"managed_server": False, "sync_dir": str(shared),
+                                         "weight_transport": "shared"})
+            cfg["vllm"]["host"] = net.addr("b")
+            path.write_text(yaml.safe_dump(cfg))
+            serve_cfg = hosts.server_host_copy(tmp_path / "host-b", cfg, tiny_model_dir, tiny_data_file)
+            serve = net.popen("b", [str(BIN / "axolotl"), "vllm-serve", serve_cfg], log=tmp_path / "serve.log",
+                              env=env(), cwd=ROOT, private_tmp=tmp_path / "host-b")
+            try:
+                proc = net.popen("a", [str(BIN / "axolotl"), "train", str(path), *FAST], log=tmp_path / "train.log",
+                                 env=env(), cwd=ROOT)
+                log = _finish(proc, tmp_path / "train.log")
+            finally:
+                os.killpg(serve.pid, signal.SIGINT)  # Ctrl-C in host B's terminal
+                serve.wait(timeout=90)
+        assert proc.returncode == 0, log[-5000:]
+        _check_async(cfg, log, STEPS)
+        s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+        assert [x["weight_transport"] for x in s["servers"]] == ["shared"], s["servers"]
+        assert s["servers"][0]["url"] == f"http://{net.addr('b')}:{cfg['vllm']['port']}"
+        assert not re.search(r"Traceback", log), log[-3000:]
+        assert not [p for p in shared.iterdir() if p.name.startswith("grpo_plugin-")]  # its sync dir went
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 # ipc's async run on a managed server is its fault run (test_server_faults.py: the server killed at step 4 while a

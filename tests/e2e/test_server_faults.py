@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -249,13 +248,9 @@ def test_unmanaged_server_on_another_host_killed_and_restarted_by_the_user(tmp_p
         cfg["vllm"]["host"] = net.addr("b")
         path.write_text(yaml.safe_dump(cfg))
         url = f"http://{net.addr('b')}:{cfg['vllm']['port']}"
-        stage = tmp_path / "host-b"  # what host B has: its copy of the model, the data, and its config
-        shutil.copytree(tiny_model_dir, stage / "model")
-        shutil.copy(tiny_data_file, stage / "data.jsonl")
-        on_b = {**cfg, "base_model": "/tmp/host/model", "dataset_prepared_path": "/tmp/host/prepared",
-                "output_dir": "/tmp/host/out", "datasets": [{**cfg["datasets"][0], "path": "/tmp/host/data.jsonl"}]}
-        (stage / "cfg.yaml").write_text(yaml.safe_dump(on_b))
-        serve_cmd = [str(BIN / "axolotl"), "vllm-serve", "/tmp/host/cfg.yaml"]
+        stage = tmp_path / "host-b"
+        serve_cmd = [str(BIN / "axolotl"), "vllm-serve",
+                     hosts.server_host_copy(stage, cfg, tiny_model_dir, tiny_data_file)]
         serve_logs = [tmp_path / "serve1.log", tmp_path / "serve2.log"]
         serve = net.popen("b", serve_cmd, log=serve_logs[0], env=env(), cwd=ROOT, private_tmp=stage)
         serve2 = None
