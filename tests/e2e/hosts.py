@@ -1,8 +1,9 @@
-""""Hosts" on this machine for the multi-host tests: network namespaces the test creates, joined by a veth pair of
-their own, with addresses that exist only inside them. A process started on a host also gets a mount namespace of
-its own with a private /dev/shm (the sync directories' default root) and a PID namespace of its own (its processes
-see no other host's); `private_tmp` gives it a private /tmp too, holding a copy of a staging directory (the model and
-config the server host reads). The code and the virtual environment are shared, as on machines built from one image.
+""""Hosts" on this machine for the multi-host tests: network namespaces the test creates, joined by a veth pair (or,
+for three, a bridge) of their own, with addresses that exist only inside them. A process started on a host also
+gets a mount namespace of its own with a private /dev/shm (the sync directories' default root) and a PID namespace
+of its own (its processes see no other host's); `private_tmp` gives it a private /tmp too, holding a copy of a
+staging directory (the model and config the host reads). The code and the virtual environment are shared, as on
+machines built from one image.
 
 Needs root and iproute2 / util-linux (`ip`, `unshare`); `available()` says why not, for a skip."""
 
@@ -43,26 +44,38 @@ def _ip(*args: str) -> None:
 
 
 class Hosts:
-    """Two hosts on one link: `with Hosts() as h: h.addr("b")`, `h.popen("b", [...])`."""
+    """Hosts on one link: `with Hosts(("a", "b")) as h: h.addr("b")`, `h.popen("b", [...])`. Two hosts are joined
+    by a veth pair; more by a bridge in a namespace of its own (a switch)."""
 
-    def __init__(self, names: tuple[str, str] = ("a", "b")):
+    def __init__(self, names: tuple[str, ...] = ("a", "b")):
         token = secrets.token_hex(3)
-        self.names = names
-        self.netns = {n: f"grpo-{token}-{n}" for n in names}
-        self._links = {n: f"g{token}{n}"[:15] for n in names}
+        self.names = tuple(names)
+        self.netns = {n: f"grpo-{token}-{n}" for n in self.names}
+        self._switch = f"grpo-{token}-sw" if len(self.names) > 2 else None
+        self.links = {n: f"g{token}{n}"[:15] for n in self.names}  # each host's interface
         net = f"10.{random.randint(200, 250)}.{random.randint(0, 255)}"
-        self._addrs = {n: f"{net}.{i + 1}" for i, n in enumerate(names)}
+        self._addrs = {n: f"{net}.{i + 1}" for i, n in enumerate(self.names)}
 
     def __enter__(self) -> Hosts:
         try:
+            for ns in [*self.netns.values(), *([self._switch] if self._switch else [])]:
+                _ip("netns", "add", ns)
+            if self._switch is None:
+                a, b = self.names
+                _ip("link", "add", self.links[a], "type", "veth", "peer", "name", self.links[b])
+            else:
+                _ip("-n", self._switch, "link", "add", "br0", "type", "bridge")
+                _ip("-n", self._switch, "link", "set", "br0", "up")
+                for n in self.names:
+                    port = f"s{self.links[n][1:]}"[:15]
+                    _ip("link", "add", self.links[n], "type", "veth", "peer", "name", port)
+                    _ip("link", "set", port, "netns", self._switch)
+                    _ip("-n", self._switch, "link", "set", port, "master", "br0")
+                    _ip("-n", self._switch, "link", "set", port, "up")
             for n in self.names:
-                _ip("netns", "add", self.netns[n])
-            a, b = self.names
-            _ip("link", "add", self._links[a], "type", "veth", "peer", "name", self._links[b])
-            for n in self.names:
-                _ip("link", "set", self._links[n], "netns", self.netns[n])
-                _ip("-n", self.netns[n], "addr", "add", f"{self._addrs[n]}/24", "dev", self._links[n])
-                _ip("-n", self.netns[n], "link", "set", self._links[n], "up")
+                _ip("link", "set", self.links[n], "netns", self.netns[n])
+                _ip("-n", self.netns[n], "addr", "add", f"{self._addrs[n]}/24", "dev", self.links[n])
+                _ip("-n", self.netns[n], "link", "set", self.links[n], "up")
                 _ip("-n", self.netns[n], "link", "set", "lo", "up")
         except BaseException:
             self.__exit__(None, None, None)
@@ -70,8 +83,8 @@ class Hosts:
         return self
 
     def __exit__(self, *exc) -> None:
-        for n in self.names:  # the veth pair goes with its namespaces
-            subprocess.run(["ip", "netns", "del", self.netns[n]], capture_output=True)
+        for ns in [*self.netns.values(), *([self._switch] if self._switch else [])]:  # the veths go with them
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
     def addr(self, name: str) -> str:
         return self._addrs[name]
@@ -82,6 +95,7 @@ class Hosts:
         signal). `private_tmp`: the host's /tmp is its own, holding a copy of that directory at /tmp/host."""
         env = dict(env)
         env.pop("GRPO_HOST_STAGE", None)
+        env["GLOO_SOCKET_IFNAME"] = self.links[name]  # torch.distributed's gloo: this host's link, not a loopback
         if private_tmp is not None:
             env["GRPO_HOST_STAGE"] = str(private_tmp)
         cmd = ["ip", "netns", "exec", self.netns[name], "unshare", "--mount", "--pid", "--fork", "--mount-proc",

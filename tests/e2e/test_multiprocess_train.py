@@ -15,14 +15,19 @@ rank-0 push as lora_sync's and ipc's."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port
+from tests.e2e import hosts
 from tests.e2e.test_axolotl_train import BIN, env, quickstart
+from tests.e2e.test_server_faults import _finish
 
 pytestmark = pytest.mark.e2e
 TOL = 1e-4
@@ -65,16 +70,48 @@ def _assert_prefetched(cfg: dict, steps: int) -> None:
     assert lags[0] == 0 and all(lag in (0, 1) for lag in lags) and lags.count(1) >= steps // 2, lags
 
 
-def test_two_ranks_ddp_lora_sync_async_prefetch(tmp_path, tiny_model_dir, tiny_data_file, vllm_server, cache_env):
-    """DDP with trl.async_prefetch: each rank's background thread generates its next rollout while the step trains."""
+@pytest.mark.skipif(hosts.available() is not None, reason=f"three hosts: {hosts.available()}")
+def test_two_ranks_on_two_hosts_ddp_lora_sync_async_prefetch_server_on_a_third(tmp_path, tiny_model_dir,
+                                                                              tiny_data_file, cache_env):
+    """DDP across machines with trl.async_prefetch: trainer rank 0 on host A, rank 1 on host B, `axolotl vllm-serve`
+    on host C (tests/e2e/hosts.py: each its own network, mount and PID namespaces on one bridge; B and C with a
+    private /tmp holding their copy of the model, data and config), launched as the multi-node recipe says
+    (`--num_machines 2 --machine_rank i --main_process_ip <A>`), gloo over the link. Each rank's background thread
+    generates its next rollout on C while the step trains; rank 0 pushes every adapter version to C over HTTP (C
+    cannot read its sync directory) and verifies it; rank 1 samples with the version rank 0 announces."""
     steps = 6
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "scale/quickstart_2ranks_lora_sync.yaml",
-                           server=vllm_server, max_steps=steps, trl={"async_prefetch": True})
-    log = _two_ranks(path)
-    s = _assert_two_ranks_trained_verified(log, cfg, steps, "MULTI_CPU")
+    with hosts.Hosts(("a", "b", "c")) as net:
+        path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "scale/quickstart_2ranks_lora_sync.yaml",
+                               max_steps=steps, trl={"async_prefetch": True}, grpo={"managed_server": False})
+        cfg["vllm"]["host"] = net.addr("c")
+        path.write_text(yaml.safe_dump(cfg))
+        serve_cfg = hosts.server_host_copy(tmp_path / "host-c", cfg, tiny_model_dir, tiny_data_file)
+        rank1_cfg = hosts.server_host_copy(tmp_path / "host-b", cfg, tiny_model_dir, tiny_data_file)
+        serve = net.popen("c", [str(BIN / "axolotl"), "vllm-serve", serve_cfg], log=tmp_path / "serve.log",
+                          env=env(), cwd=ROOT, private_tmp=tmp_path / "host-c")
+        port = free_port()
+
+        def launch(rank: int) -> list[str]:
+            return ["--launcher", "accelerate", "--", "--multi_gpu", "--num_machines", "2", "--machine_rank",
+                    str(rank), "--num_processes", "2", "--main_process_ip", net.addr("a"),
+                    "--main_process_port", str(port)]
+
+        logs = [tmp_path / "rank0.log", tmp_path / "rank1.log"]
+        try:
+            ranks = [net.popen("a", [str(BIN / "axolotl"), "train", str(path), *launch(0)], log=logs[0], env=env(),
+                               cwd=ROOT),
+                     net.popen("b", [str(BIN / "axolotl"), "train", rank1_cfg, *launch(1)], log=logs[1], env=env(),
+                               cwd=ROOT, private_tmp=tmp_path / "host-b")]
+            texts = [_finish(p, log) for p, log in zip(ranks, logs)]
+        finally:
+            os.killpg(serve.pid, signal.SIGINT)  # Ctrl-C in host C's terminal
+            serve.wait(timeout=90)
+    assert [p.returncode for p in ranks] == [0, 0], texts[0][-4000:] + texts[1][-4000:]
+    s = _assert_two_ranks_trained_verified(texts[0] + texts[1], cfg, steps, "MULTI_CPU")
     assert s["num_syncs"] == steps
     _assert_prefetched(cfg, steps)
-    assert "started managed vLLM server" not in log  # the session server, as `axolotl vllm-serve` runs it
+    assert [x["weight_transport"] for x in s["servers"]] == ["network"], s["servers"]
+    assert s["servers"][0]["url"] == f"http://{net.addr('c')}:{cfg['vllm']['port']}"
 
 
 def zero3_gathered(log: str, tensors: int, name: str = "ZeRO-3") -> tuple[int, int]:
