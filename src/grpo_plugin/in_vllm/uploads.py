@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse
 from grpo_plugin.storage import SyncDir
 
 PREFIX = "/grpo/files/"
+CHUNK = 8 << 20  # bytes hashed and written at a time, off the server's event loop
 SEES_NAME = re.compile(r"\.grpo_plugin-sees-[0-9a-f]{32}")  # the check file's name (server/files.py writes it)
 _COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}$")
 _STORE: dict[str, SyncDir] = {}
@@ -81,13 +82,22 @@ async def put_file(request: Request, rest: str) -> JSONResponse:
     folder.mkdir(exist_ok=True)
     final, part = folder / names[1], folder / f".{names[1]}.part"
     final.unlink(missing_ok=True)  # the version it replaces goes first: one copy at a time here too
-    digest, size = hashlib.sha256(), 0
+    digest, size, buf = hashlib.sha256(), 0, bytearray()
+
+    def flush(fh, data: bytes) -> None:  # in a worker thread: hashing and writing release the GIL
+        digest.update(data)
+        fh.write(data)
+
     try:
         with part.open("wb") as fh:
-            async for chunk in request.stream():
-                digest.update(chunk)
+            async for chunk in request.stream():  # the server's read size (~64 KiB): gathered into CHUNK writes
+                buf += chunk
                 size += len(chunk)
-                await anyio.to_thread.run_sync(fh.write, chunk)
+                if len(buf) >= CHUNK:
+                    data, buf = bytes(buf), bytearray()
+                    await anyio.to_thread.run_sync(flush, fh, data)
+            if buf:
+                await anyio.to_thread.run_sync(flush, fh, bytes(buf))
     except OSError as exc:
         part.unlink(missing_ok=True)
         return _error(507, f"writing {final} on the server failed after {size} bytes: {exc}")
