@@ -36,6 +36,15 @@ def test_auto_sends_to_a_server_that_cannot_read_the_sync_dir_and_shared_refuses
     assert [t.kind for t in files.choose([blind], tmp_path, "shared")] == ["shared"]
 
 
+def _verified_pushes(client, sync, model, step, probe_ids, pushes: int) -> None:
+    """`pushes` times: `step(model, seed=...)` (a stand-in optimizer step), push, the probe within 1e-4."""
+    verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode=sync.mode)
+    for i in range(pushes):
+        step(model, seed=i)
+        result = sync.push(i)
+        assert verifier.verify(model, sync.generation_model, result).logprob_diff <= 1e-4
+
+
 def test_lora_sync_over_http_every_push_verified_and_retired_versions_removed_there(blind_server, peft_trainer,
                                                                                     probe_ids, request):
     _, client = blind_server
@@ -43,11 +52,7 @@ def test_lora_sync_over_http_every_push_verified_and_retired_versions_removed_th
     sync = LoraSync(client, adapter_name="net", keep=2)
     request.addfinalizer(sync.close)
     sync.prepare(peft_trainer)
-    verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="lora_sync")
-    for step in range(3):
-        perturb_lora(peft_trainer.model, seed=step)
-        result = sync.push(step)
-        assert verifier.verify(peft_trainer.model, sync.generation_model, result).logprob_diff <= 1e-4
+    _verified_pushes(client, sync, peft_trainer.model, perturb_lora, probe_ids, pushes=3)
     adapter = (sync.adapter_dir / sync.generation_model / "adapter_model.safetensors").stat().st_size
     assert sent.bytes_sent >= 3 * adapter
     # net-v1 was retired at the third push: unloaded, and its uploaded directory removed on the server
@@ -64,11 +69,7 @@ def test_restart_reload_over_http_serves_the_trained_weights(blind_server, tiny_
     sync = RestartSync(client, strategy="reload")  # in /dev/shm: the trainer's, which the server cannot see
     try:
         sync.prepare(trainer)
-        verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode="restart")
-        for step in range(2):
-            train_step(trainer.model, seed=step)
-            result = sync.push(step)
-            assert verifier.verify(trainer.model, sync.generation_model, result).logprob_diff <= 1e-4
+        _verified_pushes(client, sync, trainer.model, train_step, probe_ids, pushes=2)
         weights = sum(p.stat().st_size for p in default_sync_root().glob(
             f"grpo_plugin-restart-{os.getpid()}-*/*.safetensors"))
         assert sent.bytes_sent >= 2 * weights > 0
