@@ -3,7 +3,7 @@ for three, a bridge) of their own, with addresses that exist only inside them. A
 gets a mount namespace of its own with a private /dev/shm (the sync directories' default root) and a PID namespace
 of its own (its processes see no other host's); `private_tmp` gives it a private /tmp too, holding a copy of a
 staging directory (the model and config the host reads). The code and the virtual environment are shared, as on
-machines built from one image.
+machines built from one image (a checkout under /tmp is bind-mounted back into the private /tmp).
 
 Needs root and iproute2 / util-linux (`ip`, `unshare`); `available()` says why not, for a skip."""
 
@@ -23,7 +23,13 @@ _SETUP = r"""set -e
 mount -t tmpfs "grpo-host" /dev/shm
 if [ -n "$GRPO_HOST_STAGE" ]; then
   cp -a "$GRPO_HOST_STAGE" /dev/shm/.stage
+  if [ -n "$GRPO_HOST_KEEP" ]; then  # the code (a checkout under /tmp) stays where it is
+    mkdir /dev/shm/.keep && mount --bind "$GRPO_HOST_KEEP" /dev/shm/.keep
+  fi
   mount -t tmpfs "grpo-host" /tmp
+  if [ -n "$GRPO_HOST_KEEP" ]; then
+    mkdir -p "$GRPO_HOST_KEEP" && mount --move /dev/shm/.keep "$GRPO_HOST_KEEP"
+  fi
   cp -a /dev/shm/.stage /tmp/host
   rm -rf /dev/shm/.stage
 fi
@@ -98,6 +104,8 @@ class Hosts:
         env["GLOO_SOCKET_IFNAME"] = self.links[name]  # torch.distributed's gloo: this host's link, not a loopback
         if private_tmp is not None:
             env["GRPO_HOST_STAGE"] = str(private_tmp)
+            # a checkout under /tmp (CI clones there) would vanish under the private /tmp: it is kept, alone
+            env["GRPO_HOST_KEEP"] = str(cwd) if Path(cwd).resolve().is_relative_to("/tmp") else ""
         cmd = ["ip", "netns", "exec", self.netns[name], "unshare", "--mount", "--pid", "--fork", "--mount-proc",
                "--propagation", "private", "--", "sh", "-c", _SETUP, f"grpo-host-{name}", *argv]
         with log.open("ab") as out:
