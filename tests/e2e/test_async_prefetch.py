@@ -71,7 +71,7 @@ def test_async_prefetch_restart_reload_on_a_server_on_another_host_through_a_sha
         with hosts.Hosts() as net:
             path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml",
                                    max_steps=STEPS, trl={"async_prefetch": True},
-                                   grpo={"managed_server": False, "sync_dir": str(shared),
+                                   grpo={"managed_server": False, "sync_dir": str(shared), "server_timeout": 240,
                                          "weight_transport": "shared"})
             cfg["vllm"]["host"] = net.addr("b")
             path.write_text(yaml.safe_dump(cfg))

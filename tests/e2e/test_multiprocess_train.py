@@ -82,7 +82,8 @@ def test_two_ranks_on_two_hosts_ddp_lora_sync_async_prefetch_server_on_a_third(t
     steps = 6
     with hosts.Hosts(("a", "b", "c")) as net:
         path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "scale/quickstart_2ranks_lora_sync.yaml",
-                               max_steps=steps, trl={"async_prefetch": True}, grpo={"managed_server": False})
+                               max_steps=steps, trl={"async_prefetch": True},
+                               grpo={"managed_server": False, "server_timeout": 240})
         cfg["vllm"]["host"] = net.addr("c")
         path.write_text(yaml.safe_dump(cfg))
         serve_cfg = hosts.server_host_copy(tmp_path / "host-c", cfg, tiny_model_dir, tiny_data_file)

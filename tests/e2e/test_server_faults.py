@@ -244,7 +244,8 @@ def test_unmanaged_server_on_another_host_killed_and_restarted_by_the_user(tmp_p
     steps = 12
     with hosts.Hosts() as net:
         path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
-                               grpo={"managed_server": False, "server_hang_timeout": 10, "sync_interval": 2})
+                               grpo={"managed_server": False, "server_hang_timeout": 10, "sync_interval": 2,
+                                     "server_timeout": 240})  # a host that never serves fails in minutes
         cfg["vllm"]["host"] = net.addr("b")
         path.write_text(yaml.safe_dump(cfg))
         url = f"http://{net.addr('b')}:{cfg['vllm']['port']}"
