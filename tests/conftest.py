@@ -232,16 +232,17 @@ def blind_server(tiny_model_dir, cache_env, tmp_path_factory):
 
     from grpo_plugin.server.client import VLLMServerClient
     from grpo_plugin.server.process import ServerSpec, stop_tree
+    from tests.e2e.hosts import own_mounts
 
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("a server in its own mount namespace needs root and util-linux's unshare")
     spec = ServerSpec(model=str(tiny_model_dir), port=free_port(), dtype="float32", max_model_len=512,
                       enforce_eager=True)
     log = tmp_path_factory.mktemp("logs") / "blind-server.log"
-    wrapped = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-               'mount -t tmpfs grpo-blind /dev/shm && exec "$@"', "grpo-blind", *spec.command()]
+    env = spec.env()
+    env.pop("GRPO_HOST_STAGE", None)  # its /tmp stays the machine's
     with log.open("wb") as out:
-        proc = subprocess.Popen(wrapped, env=spec.env(), stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(own_mounts(spec.command(), "grpo-blind"), env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     client = VLLMServerClient(spec.base_url, timeout=120)
     try:

@@ -29,9 +29,17 @@ class SyncStorageError(RuntimeError):
     """The sync directory cannot hold what a sync must write."""
 
 
+SEES_PREFIX = ".grpo_plugin-sees-"  # + a nonce: the file a server is asked to read (server/files.py, uploads.py)
+
+
 def default_sync_root() -> Path:
     shm = Path("/dev/shm")
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def sync_root(root: str | Path | None) -> Path:
+    """Where sync directories are made: `grpo.sync_dir`, else the default root."""
+    return Path(root) if root else default_sync_root()
 
 
 def owner_pid(path: Path) -> int | None:
@@ -60,7 +68,7 @@ def remove_stale(root: Path) -> list[Path]:
 
 class SyncDir:
     def __init__(self, mode: str, root: str | Path | None = None):
-        self.root = Path(root) if root else default_sync_root()
+        self.root = sync_root(root)
         self.root.mkdir(parents=True, exist_ok=True)
         remove_stale(self.root)
         self.path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{mode}-{os.getpid()}-", dir=self.root))

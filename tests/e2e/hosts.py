@@ -37,6 +37,13 @@ exec "$@"
 """
 
 
+def own_mounts(argv: list[str], name: str, *, own_pids: bool = False) -> list[str]:
+    """`argv` in a mount namespace of its own with a private /dev/shm (and, with GRPO_HOST_STAGE in its
+    environment, a private /tmp); `own_pids`: in a PID namespace of its own too."""
+    pids = ["--pid", "--fork", "--mount-proc"] if own_pids else []
+    return ["unshare", "--mount", *pids, "--propagation", "private", "--", "sh", "-c", _SETUP, name, *argv]
+
+
 def available() -> str | None:
     """None if hosts can be made here, else why not."""
     if os.geteuid() != 0:
@@ -106,8 +113,7 @@ class Hosts:
             env["GRPO_HOST_STAGE"] = str(private_tmp)
             # a checkout under /tmp (CI clones there) would vanish under the private /tmp: it is kept, alone
             env["GRPO_HOST_KEEP"] = str(cwd) if Path(cwd).resolve().is_relative_to("/tmp") else ""
-        cmd = ["ip", "netns", "exec", self.netns[name], "unshare", "--mount", "--pid", "--fork", "--mount-proc",
-               "--propagation", "private", "--", "sh", "-c", _SETUP, f"grpo-host-{name}", *argv]
+        cmd = ["ip", "netns", "exec", self.netns[name], *own_mounts(argv, f"grpo-host-{name}", own_pids=True)]
         with log.open("ab") as out:
             return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)

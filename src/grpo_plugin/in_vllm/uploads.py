@@ -27,11 +27,11 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from grpo_plugin.storage import SyncDir
+from grpo_plugin.storage import SEES_PREFIX, SyncDir
 
 PREFIX = "/grpo/files/"
 CHUNK = 8 << 20  # bytes hashed and written at a time, off the server's event loop
-SEES_NAME = re.compile(r"\.grpo_plugin-sees-[0-9a-f]{32}")  # the check file's name (server/files.py writes it)
+SEES_NAME = re.compile(re.escape(SEES_PREFIX) + "[0-9a-f]{32}")  # the check file's name (server/files.py writes it)
 _COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}$")
 _STORE: dict[str, SyncDir] = {}
 

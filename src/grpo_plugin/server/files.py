@@ -18,6 +18,8 @@ import secrets
 import threading
 from pathlib import Path
 
+from grpo_plugin.storage import SEES_PREFIX
+
 LOG = logging.getLogger("grpo_plugin")
 CHUNK = 8 << 20  # bytes per read of the file being sent
 
@@ -94,7 +96,7 @@ def choose(clients: list, sync_root: Path, setting: str) -> list:
         return [SentFiles() for _ in clients]
     sync_root.mkdir(parents=True, exist_ok=True)
     nonce = secrets.token_hex(16)
-    check = sync_root / f".grpo_plugin-sees-{nonce}"
+    check = sync_root / f"{SEES_PREFIX}{nonce}"
     check.write_text(nonce)
     try:
         seen = [c.sees(str(check), nonce) for c in clients]
@@ -116,10 +118,6 @@ def choose(clients: list, sync_root: Path, setting: str) -> list:
         out.append(SentFiles())
     return out
 
-
-def describe(transports: list) -> str:
-    kinds = [t.kind for t in transports]
-    return kinds[0] if len(set(kinds)) == 1 else ", ".join(kinds)
 
 
 __all__ = ["SentFiles", "SharedFiles", "TransportError", "choose", "chunks", "sha256_of"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accelerate.utils import broadcast_object_list
@@ -28,7 +27,7 @@ from grpo_plugin.config.schema import GRPOSettings
 from grpo_plugin.server import files
 from grpo_plugin.server.group import replicas_of
 from grpo_plugin.server.recovery import ServerGuard
-from grpo_plugin.storage import default_sync_root
+from grpo_plugin.storage import sync_root
 from grpo_plugin.sync import build_weight_sync
 from grpo_plugin.sync.base import ModelHandle, SyncResult
 from grpo_plugin.sync.gate import PolicyGate
@@ -77,8 +76,8 @@ class SyncSession:
         (sync/ranks.py)."""
         self.model, self.ranks = model, ranks
         if model.is_main and self.weight_sync.hands_files:  # rank 0 pushes: how its files reach each server
-            sync_root = Path(self.settings.sync_dir) if self.settings.sync_dir else default_sync_root()
-            for c, how in zip(replicas_of(self.client), files.choose(replicas_of(self.client), sync_root,
+            for c, how in zip(replicas_of(self.client), files.choose(replicas_of(self.client),
+                                                                      sync_root(self.settings.sync_dir),
                                                                       self.settings.weight_transport)):
                 c.files = how
         # before prepare(): a pending verification is finished before ipc's fence takes the gate for the step
