@@ -5,6 +5,7 @@ runs with real servers are tests/e2e/test_scale_train.py; here the servers' faul
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -316,3 +317,31 @@ def test_waiting_for_a_server_says_who_starts_it(rank_0_starts_it, capsys):
     assert ("rank 0 is starting it (grpo.managed_server)" in said) is rank_0_starts_it, said
     assert ("rank 0 starts it" in str(err.value)) is rank_0_starts_it
     assert ("axolotl vllm-serve" in said) is not rank_0_starts_it, said
+
+
+def test_a_busy_server_that_misses_one_health_answer_is_not_restarted_with_the_hung_one():
+    """The hung server (never answers) is restarted; the other one, busy generating, misses one /health answer
+    right when the hang is declared and answers the next: it keeps its process."""
+    group = _group_with([False, True])
+    busy = iter([True, False])  # answers while the hang is timed, misses one when the guard recovers, then answers
+    group.replicas[1].healthy = lambda: next(busy, True)
+    procs = [_Proc(9000), _Proc(9001)]
+    guard = ServerGuard(group, restore=lambda: "ok", step=lambda: 14, servers=lambda: procs, hang_timeout_s=0.2)
+    assert guard.lost_reason() is None  # the first silence starts server 0's clock
+    time.sleep(0.3)
+    assert guard.lost_reason().startswith("http://127.0.0.1:9000: no answer to /health for")
+    guard.recover("rollout", "hung", redo=False)
+    assert procs[0].events == ["stop", "restart", "healthy"] and procs[1].events == []
+    (outage,) = guard.new_outages()
+    assert outage["servers"] == ["http://127.0.0.1:9000"]
+
+
+def test_after_a_failed_call_a_server_missing_health_twice_is_the_lost_one():
+    group = _group_with([True, True])
+    blink = iter([False])  # misses the first /health only
+    group.replicas[0].healthy = lambda: next(blink, True)
+    group.replicas[1].healthy = lambda: False  # gone
+    procs = [_Proc(9000), _Proc(9001)]
+    guard = ServerGuard(group, restore=lambda: None, step=lambda: 2, servers=lambda: procs)
+    guard.recover("rollout", "POST failed")
+    assert procs[0].events == [] and procs[1].events == ["stop", "restart", "healthy"]

@@ -96,7 +96,7 @@ class ServerGuard:
         self.enabled = enabled
         self.outages: list[Outage] = []
         self._reported = 0
-        self._unhealthy_since: float | None = None
+        self._silent_since: dict[int, float] = {}  # per server (index): since when /health went unanswered
         self._recovering = False
         if enabled:
             client.watch = self.lost_reason  # a hang is noticed while a request waits, not after its timeout
@@ -104,20 +104,51 @@ class ServerGuard:
     # ---- detection ------------------------------------------------------------------------------
     def lost_reason(self) -> str | None:
         """Why the server counts as lost now, or None. Called while a request is in flight (client.watch):
-        a process that exited is lost at once; a /health unanswered for `hang_timeout_s` is a hang."""
+        a process that exited is lost at once; a /health unanswered for `hang_timeout_s` is a hang. The silence
+        is kept per server, so a server that misses one answer while busy is not taken for the hung one."""
         exited = self._exited()
         if exited:
             return exited
-        if self.client.healthy():
-            self._unhealthy_since = None
-            return None
-        now = time.monotonic()
-        if self._unhealthy_since is None:
-            self._unhealthy_since = now
-        silent = now - self._unhealthy_since
-        if silent >= self.hang_timeout_s:
-            return f"no answer to /health for {silent:.0f} s (grpo.server_hang_timeout: {self.hang_timeout_s:g} s)"
+        silences = [s or 0.0 for s in self._silences()]
+        worst = max(range(len(silences)), key=silences.__getitem__)
+        if silences[worst] >= self.hang_timeout_s:
+            who = f"{self._clients()[worst].base_url}: " if len(silences) > 1 else ""
+            return (f"{who}no answer to /health for {silences[worst]:.0f} s "
+                    f"(grpo.server_hang_timeout: {self.hang_timeout_s:g} s)")
         return None
+
+    def _clients(self) -> list:
+        return replicas_of(self.client)
+
+    def _silences(self) -> list[float | None]:
+        """Asks every server's /health (in parallel) and returns, per server, how long it has gone unanswered
+        (None: it answered)."""
+        clients = self._clients()
+        each = getattr(self.client, "each", None)
+        answers = each(lambda c: c.healthy()) if each is not None and len(clients) > 1 else [self.client.healthy()]
+        now = time.monotonic()
+        for i, ok in enumerate(answers):
+            if ok:
+                self._silent_since.pop(i, None)
+            else:
+                self._silent_since.setdefault(i, now)
+        return [None if ok else now - self._silent_since[i] for i, ok in enumerate(answers)]
+
+    def _lost_members(self, members: list) -> list[int]:
+        """Which servers to bring back: those whose process exited and those silent past the hang deadline;
+        failing that (a request failed and the group does not answer), those that miss /health twice a second
+        apart (every server when none does: the guard was called because something is lost)."""
+        silences = self._silences()
+        lost = [i for i, (_, proc) in enumerate(members)
+                if self._proc_exited(proc) or (silences[i] or 0.0) >= self.hang_timeout_s]
+        if lost:
+            return lost
+        failing = [i for i, s in enumerate(silences) if s is not None]
+        if failing:
+            time.sleep(1.0)
+            again = self._silences()
+            failing = [i for i in failing if again[i] is not None]
+        return failing or list(range(len(members)))
 
     def is_lost(self, exc: BaseException) -> str | None:
         """After a failed call: why the server is lost, or None when it is alive (the error is a real one)."""
@@ -183,8 +214,7 @@ class ServerGuard:
         self._recovering = True
         try:
             members = self._members()
-            lost = [i for i, (client, proc) in enumerate(members)
-                    if self._proc_exited(proc) or not client.healthy()] or list(range(len(members)))
+            lost = self._lost_members(members)
             outage.servers = [members[i][0].base_url for i in lost]
             if members[0][1] is not None:
                 self._restart(members, lost, outage)
@@ -199,7 +229,7 @@ class ServerGuard:
                 f"the trainer's weights back on a new server failed: {exc}") from exc
         finally:
             self._recovering = False
-            self._unhealthy_since = None
+            self._silent_since.clear()
         outage.down_s = round(time.monotonic() - t0, 3)
         outage.redone = ["weight push + probe"] + ([during] if redo else [])
         self.outages.append(outage)
