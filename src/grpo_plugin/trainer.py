@@ -45,7 +45,7 @@ from grpo_plugin.producers.evaluation import EvalGeneration
 from grpo_plugin.producers.local import generation_kwargs, sampling_kwargs
 from grpo_plugin.producers.prefetch import PrefetchingProducer
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, record_of
-from grpo_plugin.producers.spec import GenerationSpec, pad_token_id
+from grpo_plugin.producers.spec import GenerationSpec, broadcast_from_rank_0, pad_token_id
 from grpo_plugin.recorder import StepMetricsCallback, StepRecorder
 from grpo_plugin.reward_log import RewardLog, weighted_rewards
 from grpo_plugin.scoring import RowScoring
@@ -110,7 +110,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             vocab_size=self.accelerator.unwrap_model(self.model).get_input_embeddings().num_embeddings,
             device=self.accelerator.device, num_processes=self.accelerator.num_processes,
             gather=self.accelerator.gather, gather_object=gather_object, step=lambda: self.state.global_step,
-            synced_version=lambda: self.sync.synced_version, add_callback=self.add_callback)
+            synced_version=lambda: self.sync.synced_version, add_callback=self.add_callback,
+            process_index=self.accelerator.process_index, broadcast_object=broadcast_from_rank_0)
         producer = build.build_producer(args, train_dataset, self.grpo, spec, host=self)
         if isinstance(producer, PrefetchingProducer):  # its queue goes when a server is lost under a verification
             self.sync.forget_prefetched = producer.drop_queue
@@ -144,7 +145,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
         # Atropos: the producer's advantages replace axolotl's (less off-policy groups); padding rows have no score
         record = record_of(data)
-        self.recorder.scored(record.scored_rewards(data, rewards), record)
+        self.recorder.scored(record.scored_rewards(data, rewards, gather_object), record)
 
     # ---- scoring and the loss ------------------------------------------------------------------
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,

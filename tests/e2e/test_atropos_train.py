@@ -20,14 +20,18 @@ import yaml
 from grpo_plugin.checkpoints import is_complete
 from tests.conftest import ROOT, free_port
 from tests.e2e.test_axolotl_train import FAST, env, gone
+from tests.e2e.test_multiprocess_train import TWO_RANKS, assert_two_ranks
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # each run launches four processes: 2-4 min apiece
 LAUNCH = [sys.executable, "-m", "grpo_plugin.atropos.launch"]
 
 
 def atropos_config(tmp_path: Path, tiny_model_dir, tiny_data_file, *, full_weights: bool = False,
-                   grpo: dict | None = None, atropos: dict | None = None, **top) -> tuple[Path, dict]:
-    cfg = yaml.safe_load((ROOT / "configs" / "quickstart_atropos.yaml").read_text())
+                   grpo: dict | None = None, atropos: dict | None = None, name: str = "quickstart_atropos.yaml",
+                   **top) -> tuple[Path, dict]:
+    cfg = yaml.safe_load((ROOT / "configs" / name).read_text())
+    if cfg.get("deepspeed"):
+        cfg["deepspeed"] = str(ROOT / cfg["deepspeed"])
     cfg["base_model"] = str(tiny_model_dir)
     cfg["output_dir"] = str(tmp_path / "out")
     cfg["vllm"]["port"] = free_port()
@@ -50,9 +54,10 @@ def launch_cmd(path: Path, *train_args: str) -> list[str]:
     return [*LAUNCH, str(path), "--", *FAST, *train_args]
 
 
-def launch(path: Path, *train_args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(launch_cmd(path, *train_args), cwd=ROOT, env=env(), text=True, capture_output=True,
-                          timeout=timeout)
+def launch(path: Path, *train_args: str, timeout: float = 900, two_ranks: bool = False) -> subprocess.CompletedProcess:
+    """`two_ranks`: `axolotl train` through accelerate's launcher with two trainer processes."""
+    cmd = [*LAUNCH, str(path), "--", *TWO_RANKS] if two_ranks else launch_cmd(path, *train_args)
+    return subprocess.run(cmd, cwd=ROOT, env=env(), text=True, capture_output=True, timeout=timeout)
 
 
 def started_pids(log: str) -> dict[str, int]:
@@ -74,31 +79,37 @@ def assert_everything_stopped(log: str) -> None:
     assert all(gone(pid, timeout=10) for pid in pids.values()), pids
 
 
-def test_quickstart_and_third_party_environments_learn_on_every_route_with_every_sync_verified(
+def test_quickstart_and_third_party_environments_learn_on_every_route_on_two_zero3_ranks(
         tmp_path, tiny_model_dir, tiny_data_file, cache_env):
-    """The quickstart (configs/quickstart_atropos.yaml: lora_sync, its own environment, a local eval set) with three
-    environments beside it written as the Atropos project writes its own (tests/e2e/third_party_env.py: no code of
-    the plugin's), one per route: atroposlib's managed server with chat_completion, with completion, and the plain
-    OpenAI completions API naming the BASE model (the env builds tokens and logprobs from the reply). One launcher
-    run, the probe after every push answered while the four keep generating: every batch trained once in fetch
-    order, every sync verified, the reward and the eval reward rising, and EACH environment's reward high at the
-    end — including the OpenAI route's, which would stay at the untrained model's if its base-named requests
-    sampled the base model instead of the adapter being trained. Its rows are not in the server's ledger: counted
-    as of unknown origin, their lag a lower bound."""
+    """The quickstart on two trainer ranks under DeepSpeed ZeRO-3 (configs/scale/quickstart_atropos_2ranks_zero3.yaml:
+    lora_sync, its own environment, a local eval set; rank 0 fetches each batch and hands it to rank 1, each trains
+    half of its rows) with three environments beside it written as the Atropos project writes its own
+    (tests/e2e/third_party_env.py: no code of the plugin's), one per route: atroposlib's managed server with
+    chat_completion, with completion, and the plain OpenAI completions API naming the BASE model (the env builds
+    tokens and logprobs from the reply). One launcher run (one test for both, to keep CI's time), the probe after
+    every push answered while the four keep generating: every batch trained once in fetch order, every sync
+    verified, the reward and the eval reward rising, and EACH environment's reward high at the end — including the
+    OpenAI route's, which would stay at the untrained model's if its base-named requests sampled the base model
+    instead of the adapter being trained. Its rows are not in the server's ledger: counted as of unknown origin,
+    their lag a lower bound."""
     steps = 20  # the tiny task's reward takes off around steps 5-10
     # with a local eval set (16 digit prompts) scored by grpo.atropos.eval_reward_funcs at steps 0, 10 and 20
     evals = {"test_datasets": [{"path": str(tiny_data_file), "ds_type": "json", "split": "train[:16]"}],
              "eval_strategy": "steps", "eval_steps": 10, "eval_batch_size": 32}
     path, cfg = atropos_config(tmp_path, tiny_model_dir, tiny_data_file, max_steps=steps,
+                               name="scale/quickstart_atropos_2ranks_zero3.yaml",
                                atropos={"eval_reward_funcs": ["rewards.toy.digit_reward"]}, **evals)
     cfg["grpo"]["atropos"]["envs"] += [
         {"module": "tests.e2e.third_party_env",
          "args": ["--env.data_path", str(tiny_data_file), "--env.route", route, "--env.max_batches_offpolicy", "1"]}
         for route in ("managed_chat", "managed_completion", "openai")]
     path.write_text(yaml.safe_dump(cfg))
-    proc = launch(path)
+    proc = launch(path, two_ranks=True)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
+    assert_two_ranks(log, "DEEPSPEED ZeRO-3", ("gathers", "joins"))
+    # rank 0 alone registered, with both ranks' rows per step
+    assert log.count("atropos: registered with the run-api at") == 1 and "32 sequences per batch" in log, log[-6000:]
     recs = records(cfg)
     assert [r["step"] for r in recs] == list(range(1, steps + 1))
     # every step trained a whole Atropos batch; none was rejected or padded
@@ -115,7 +126,7 @@ def test_quickstart_and_third_party_environments_learn_on_every_route_with_every
     assert recs[0]["policy_lag"] == 0 and max(r["policy_lag"] for r in recs) >= 1  # async: some batches lag
     assert len(re.findall(r"'grpo/policy_lag': \d+", log)) == steps
     s = summary(cfg)
-    assert s["all_syncs_verified"] is True, s
+    assert s["all_syncs_verified"] is True and s["optimizer"] == "DeepSpeedZeroOptimizer_Stage3", s
     a = s["atropos"]
     assert a["batches_trained"] == steps and a["rejected_groups"] == 0 and a["offpolicy_rejected_groups"] == 0, a
     assert a["unknown_origin_rows"] > 0, a  # the OpenAI route's rows: not generated through /generate

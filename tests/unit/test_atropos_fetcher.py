@@ -220,6 +220,7 @@ def test_batches_whose_groups_are_all_rejected_count_toward_wait_timeout_and_the
         capacity=1, batch_size=2, poll_interval=0.01, max_backoff=0.05)
     producer = AtroposProducer.__new__(AtroposProducer)
     producer.settings, producer.fetcher, producer.spool = SimpleNamespace(wait_timeout=1.0, url="http://x"), f, spool
+    producer.leads, producer.spec, producer.wait_timeout = True, SimpleNamespace(num_processes=1), 1.0
     f.start([])
     try:
         t0 = time.monotonic()

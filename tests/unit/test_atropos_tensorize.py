@@ -250,8 +250,8 @@ def test_the_producer_attends_to_a_masked_turn_and_trains_only_the_rest():
     item = PreparedBatch(seq=0, meta={}, tensors=t, versions=None, env_ids=[None, None], prompts=["p", "p"],
                          completions=["c", "c"], completion_ids=[[12, 13, 14, 15]] * 2, groups_received=1)
     producer = AtroposProducer.__new__(AtroposProducer)
-    producer.local_batch = 3  # one padding row
-    producer.spec = SimpleNamespace(device="cpu")
+    producer.local_batch = producer.global_batch = 3  # one padding row
+    producer.spec = SimpleNamespace(device="cpu", num_processes=1, process_index=0)
     data, _ = producer._rollout(item)
     assert data["completion_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0]]
     assert data["tool_mask"].tolist() == [[1, 0, 0, 1]] * 3

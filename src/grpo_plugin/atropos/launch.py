@@ -317,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, yaml.YAMLError, ValueError, LaunchError) as exc:
         _say(f"ERROR: {exc}")
         return 2
-    train_args = [a for a in args.train_args if a != "--"]
+    # the first `--` ends the launcher's arguments; a later one is axolotl's (`--launcher accelerate -- ...`)
+    train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     run = Launch(path, cfg, grpo, train_args)
 
     def _terminate(signum, frame):

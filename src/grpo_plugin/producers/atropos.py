@@ -17,6 +17,7 @@ resumes at. The fetcher's first `/batch` is what lets environments register.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import statistics
 import sys
 import time
@@ -38,6 +39,7 @@ from grpo_plugin.config.checks import atropos_batch_size, evaluates
 from grpo_plugin.config.preflight import import_callable
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, TEMPERATURES, AtroposBatch, PolicyLag, Rollout
 from grpo_plugin.producers.spec import GenerationSpec
+from grpo_plugin.runtime import world_size
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.process import Progress, wait_until
 
@@ -74,7 +76,7 @@ def placeholder_dataset(cfg):
     from axolotl.common.datasets import TrainDatasetMeta
     from datasets import Dataset
 
-    rows = max(1, atropos_batch_size(cfg))
+    rows = max(1, atropos_batch_size(cfg)) * world_size()  # every rank's share of a step
     eval_dataset = None
     if evaluates(cfg) and cfg.get("test_datasets"):
         from axolotl.loaders import load_tokenizer
@@ -97,6 +99,32 @@ def _say(msg: str) -> None:
     print(f"[grpo_plugin] atropos: {msg}", file=sys.stderr, flush=True)
 
 
+def rank_rows(sequences: int, local_batch: int, num_processes: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which of a batch's `sequences` rows rank `rank` trains, and which of them are real. The step's
+    `local_batch x num_processes` rows are the batch's in order, then (when rejected groups left it short) copies of
+    its rows that train nothing (mask 0, advantage 0, no score), so axolotl's per-step split keeps every real row;
+    each rank takes a contiguous `local_batch` of them, in rank order."""
+    rows = torch.arange(rank * local_batch, (rank + 1) * local_batch)
+    return rows % sequences, rows < sequences
+
+
+def wait_bound(settings, num_processes: int, ddp_timeout: int, say: bool = True) -> float:
+    """How long rank 0 waits for a batch (0: forever). With several ranks the others wait for it in a collective,
+    which the distributed timeout (`ddp_timeout`) ends with the backend's error instead of the reason: the wait is
+    kept a minute under it (said when the config asked for longer)."""
+    wait = float(settings.wait_timeout)
+    if num_processes == 1:
+        return wait
+    bound = float(max(1, ddp_timeout - 60))
+    if 0 < wait <= bound:
+        return wait
+    if say and "wait_timeout" in getattr(settings, "model_fields_set", ()):
+        _say(f"grpo.atropos.wait_timeout {wait:g} s with {num_processes} trainer ranks: the other ranks wait for "
+             f"rank 0's batch in a collective that ends at ddp_timeout ({ddp_timeout} s), so rank 0 waits at most "
+             f"{bound:g} s. Raise ddp_timeout to wait longer.")
+    return bound
+
+
 @dataclass
 class PreparedBatch:
     seq: int
@@ -111,25 +139,78 @@ class PreparedBatch:
     groups_received: int
 
 
+@dataclass
+class _Taken:
+    """The batch a step trains, as rank 0 took it from the fetcher (what every rank needs of it)."""
+
+    item: PreparedBatch
+    rejected: int  # groups refused, this batch's and those of batches skipped because every group was refused
+    wait_ms: float
+    queued: int
+
+
+@dataclass
+class _Failed:
+    """Rank 0 could not take a batch: what the other ranks raise."""
+
+    kind: str
+    text: str
+
+
 class AtroposProducer(BaseDataProducer):
+    """With several trainer ranks, rank 0 alone talks to the run-api (registration, fetcher, spool, the server's
+    ledger) and hands each step's batch to every rank (`spec.broadcast_object`, on the main thread where every rank
+    produces at the same point); each rank trains its contiguous share of the batch's rows (`rank_rows`)."""
+
     def __init__(self, config, *, settings, args, spec: GenerationSpec):
         """`settings`: grpo.atropos; `args`: the trainer's TrainingArguments (batch sizes, checkpoints, steps)."""
         super().__init__(config)
         self.settings, self.args, self.spec = settings, args, spec
+        self.leads = spec.process_index == 0
+        self.local_batch = args.per_device_train_batch_size * args.steps_per_generation
+        self.global_batch = self.local_batch * spec.num_processes
         self.api = AtroposAPI(settings.url, timeout=settings.request_timeout)
         self.fetcher: BatchFetcher | None = None
         self.spool: Spool | None = None
         self._saving = True
         self._version_warned = False
         self._offpolicy_warned: set = set()  # environments the on-policy check already warned about
+        self.wait_timeout = wait_bound(settings, spec.num_processes, int(getattr(args, "ddp_timeout", 0) or 1800),
+                                       say=self.leads)
 
     # ---- axolotl's DataProducer protocol ----------------------------------------------------------
     def produce(self, model, global_step, **kwargs) -> RolloutDataset:
+        taken, failure = None, None
+        if self.leads:
+            try:
+                taken = self._take(global_step)
+            except Exception as exc:
+                if self.spec.num_processes == 1:
+                    raise
+                failure = exc
+        if self.spec.num_processes > 1:
+            taken = self._share(taken, failure)
+        item = taken.item
+        output, advantages = self._rollout(item)
+        output[ROLLOUT_KEY] = Rollout(
+            wait_ms=taken.wait_ms, advantages=advantages, real_rows=item.tensors.num_sequences,
+            lag=self._lag(item, global_step),
+            batch=AtroposBatch(seq=item.seq, groups=item.tensors.num_groups, rejected_groups=taken.rejected,
+                               padding_rows=self.global_batch - item.tensors.num_sequences, queued=taken.queued),
+            origin=Origin(step=global_step, env_ids=item.env_ids, groups=item.tensors.group_index.tolist(),
+                          versions=item.versions, warn=self.settings.offpolicy_warn,
+                          reject=self.settings.offpolicy_reject, warned=self._offpolicy_warned,
+                          first_row=self.spec.process_index * self.local_batch, says=self.leads))
+        return RolloutDataset(output)
+
+    def _take(self, global_step: int) -> _Taken:
+        """Rank 0: the next batch with something to train (batches whose every group was refused are skipped,
+        within the same wait_timeout), marked consumed by this step in the spool."""
         if self.fetcher is None:
             self._start(global_step)
         t0 = time.perf_counter()
         rejected, unusable = 0, []  # batches whose groups were all rejected count toward the same wait_timeout
-        timeout = self.settings.wait_timeout  # 0: wait forever
+        timeout = self.wait_timeout  # 0: wait forever
         while True:
             waited = time.perf_counter() - t0
             if timeout and unusable and waited > timeout:
@@ -150,38 +231,40 @@ class AtroposProducer(BaseDataProducer):
         self.spool.mark_consumed(item.seq, global_step)
         if not self._saving:  # no checkpoint will ever cover it: nothing to resume from
             self.spool.release(global_step + self.spool.span)
-        wait_ms = (time.perf_counter() - t0) * 1e3
-        output, advantages = self._rollout(item)
-        real_rows = item.tensors.num_sequences
-        output[ROLLOUT_KEY] = Rollout(
-            wait_ms=wait_ms, advantages=advantages, real_rows=real_rows, lag=self._lag(item, global_step),
-            batch=AtroposBatch(seq=item.seq, groups=item.tensors.num_groups, rejected_groups=rejected,
-                               padding_rows=self.local_batch - real_rows, queued=self.fetcher.queued),
-            origin=Origin(step=global_step, env_ids=item.env_ids, groups=item.tensors.group_index.tolist(),
-                          versions=item.versions, warn=self.settings.offpolicy_warn,
-                          reject=self.settings.offpolicy_reject, warned=self._offpolicy_warned))
-        return RolloutDataset(output)
+        return _Taken(item=item, rejected=rejected, wait_ms=(time.perf_counter() - t0) * 1e3,
+                      queued=self.fetcher.queued)
+
+    def _share(self, taken: _Taken | None, failure: BaseException | None) -> _Taken:
+        """Several ranks: rank 0's batch, or why it has none, on every rank. The raw tokens stay on rank 0 (the
+        tensors carry them)."""
+        if self.leads:
+            sent = _Failed(type(failure).__name__, str(failure)) if failure is not None else dataclasses.replace(
+                taken, item=dataclasses.replace(
+                    taken.item, tensors=dataclasses.replace(taken.item.tensors, tokens=None, lengths=None)))
+        got = self.spec.broadcast_object(sent if self.leads else None)
+        if failure is not None:
+            raise failure
+        if isinstance(got, _Failed):
+            kind = AtroposTimeout if got.kind == AtroposTimeout.__name__ else AtroposError
+            raise kind(f"trainer rank 0, which fetches every rank's Atropos batch, stopped: {got.kind}: {got.text}")
+        return taken if self.leads else got
 
     # ---- start-up -------------------------------------------------------------------------------
     def _start(self, global_step: int) -> None:
+        """Rank 0: the spool, the run-api (reached, reset or resumed, registered) and the fetcher thread."""
         spec, args = self.spec, self.args
-        if spec.num_processes > 1:
-            raise ValueError(f"grpo.atropos: this run has {spec.num_processes} trainer processes; the "
-                             "Atropos producer supports one trainer process in this version.")
-        self.local_batch = args.per_device_train_batch_size * args.steps_per_generation
-        self.global_batch = self.local_batch * spec.num_processes
         span = max(1, (args.steps_per_generation * args.num_iterations) // args.gradient_accumulation_steps)
         self._saving = str(getattr(args.save_strategy, "value", args.save_strategy)) != "no"
         root = self.settings.spool_dir or str(Path(args.output_dir) / "atropos_spool")
         self.spool = Spool(root, span=span)
         if not self.api.reachable():
-            waited = wait_until(self.api.reachable, self.settings.wait_timeout or 1e12,
+            waited = wait_until(self.api.reachable, self.wait_timeout or 1e12,
                                 Progress(f"waiting for the Atropos run-api at {self.settings.url}"),
                                 lambda _: "not up yet — start it with `run-api --port N`", ready="connected",
                                 poll=1.0)
             if waited is None:
                 raise AtroposError(f"the Atropos run-api at {self.settings.url} did not answer within "
-                                   f"{self.settings.wait_timeout:.0f} s. Start it with `run-api --port "
+                                   f"{self.wait_timeout:.0f} s. Start it with `run-api --port "
                                    f"{self.settings.url.rsplit(':', 1)[-1]}`.")
         if global_step == 0:
             dropped = self.spool.clear()
@@ -259,22 +342,19 @@ class AtroposProducer(BaseDataProducer):
 
     # ---- the rollout axolotl trains on ------------------------------------------------------------
     def _rollout(self, item: PreparedBatch) -> tuple[dict[str, Any], torch.Tensor]:
-        """The rollout dict axolotl scores, and this producer's advantages of its rows."""
+        """This rank's rows of the batch as the rollout dict axolotl scores, and this producer's advantages of
+        them."""
         t = item.tensors
-        S, B = t.num_sequences, self.local_batch
+        S, B = t.num_sequences, self.global_batch
         if S > B:
             raise AtroposError(f"batch {item.seq} holds {S} sequences but this trainer takes {B} per step: the run-api "
                                "was registered with another batch size. Restart it (or reset it: "
                                "grpo.atropos.reset_on_start: true on a fresh run).")
-        # Rejected groups leave the batch short: fill it with copies of kept rows that train nothing (mask 0,
-        # advantage 0, no score), so axolotl's per-step split keeps every real row.
-        idx = torch.arange(B) % S
-        real = torch.arange(B) < S
+        idx, real = rank_rows(S, self.local_batch, self.spec.num_processes, self.spec.process_index)
         device = self.spec.device
         cmask = t.completion_mask[idx] * real.unsqueeze(1).long()  # attended to (a masked turn too)
-        trained = t.train_mask[idx] * cmask  # what the loss sees (axolotl's tool_mask)
         adv = t.advantages[idx] * (real.view(-1, *([1] * (t.advantages.dim() - 1)))).float()
-        scores = [float(x) for x in t.scores.tolist()] + [None] * (B - S)
+        scores = [float(t.scores[i]) if r else None for i, r in zip(idx.tolist(), real.tolist())]
         prompts = [item.prompts[i] for i in idx.tolist()]
         completions = [item.completions[i] for i in idx.tolist()]
         return {
@@ -284,9 +364,10 @@ class AtroposProducer(BaseDataProducer):
             "completion_mask": cmask.to(device),
             "tool_mask": t.train_mask[idx].to(device),
             "sampling_per_token_logps": t.sampling_logps[idx].to(device),
-            "advantages": torch.zeros(B, device=device),  # axolotl's, from env_score; replaced by ours (Rollout)
+            "advantages": torch.zeros(len(idx), device=device),  # axolotl's, from env_score; replaced by ours
             TEMPERATURES: t.temperatures[idx].to(device),
-            "num_items_in_batch": trained.sum().to(device),
+            # TRL's loss normaliser: the tokens every rank trains this step (the whole batch's, which every rank has)
+            "num_items_in_batch": t.train_mask.sum().to(device),
             # deferred scoring: axolotl computes policy logprobs, the IS ratio and the reward metrics
             "_pending_policy_logps": True,
             "_deferred_inputs": [{"prompt": p, "atropos_score": s} for p, s in zip(prompts, scores)],

@@ -84,15 +84,16 @@ class Rollout:
         agents = [a for _, a in counts if a is not None]
         self.agent = summed_over_ranks(agents) if agents else None
 
-    def scored_rewards(self, data: dict, rewards: torch.Tensor) -> torch.Tensor:
-        """After axolotl computed its advantages (`data["advantages"]`): the producer's own replace them (less the
-        groups the on-policy check rejects), and the rewards of the real rows are returned (padding rows have no
-        score)."""
+    def scored_rewards(self, data: dict, rewards: torch.Tensor, gather_object=list) -> torch.Tensor:
+        """After axolotl computed its advantages (`data["advantages"]`, this rank's rows; `rewards`: every rank's
+        rows, as axolotl gathered them): the producer's own replace them (less the groups the on-policy check
+        rejects: `gather_object`, a collective, brings every rank's rows to the check), and the rewards of the
+        batch's real rows are returned (padding rows have no score)."""
         if self.advantages is None:
             return rewards
         real = rewards[: self.real_rows]
         if self.origin is not None:
-            self.onpolicy = onpolicy.apply(self.origin, data, self.advantages, self.real_rows)
+            self.onpolicy = onpolicy.apply(self.origin, data, self.advantages, self.real_rows, gather_object)
             self.by_env = by_env(self.origin.env_ids, real.tolist())
         data["advantages"] = self.advantages
         return real

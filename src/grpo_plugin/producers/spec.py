@@ -34,8 +34,17 @@ class GenerationSpec:
     step: Callable[[], int]  # the trainer's global step, now
     synced_version: Callable[[], int | None]  # the version the server holds, now (sync/session.py)
     add_callback: Callable[[Any], None]  # hooks the training loop (a transformers TrainerCallback)
+    process_index: int = 0  # this trainer rank
+    broadcast_object: Callable[[Any], Any] = lambda obj: obj  # rank 0's picklable value on every rank (a collective)
 
 
 def pad_token_id(tokenizer) -> int:
     """The tokenizer's pad token, or its end-of-sequence token when it has none."""
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def broadcast_from_rank_0(obj: Any) -> Any:
+    """Rank 0's `obj` on every trainer rank (accelerate's object broadcast: a collective, main thread only)."""
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([obj], from_process=0)[0]
