@@ -201,11 +201,12 @@ def test_fsdp1_is_refused_by_the_plugin():
 
 
 def _named_with_their_commands(doc: str, path) -> None:
-    """`doc` names the config, and the commands at the top of the config name the config itself."""
+    """`doc` names the config, and the commands at the top of the config (axolotl's, or the Atropos launcher) name the
+    config itself."""
     rel = str(path.relative_to(ROOT))
     assert rel in (ROOT / "docs" / doc).read_text(), f"docs/{doc} does not mention {rel}"
     header = path.read_text().split("\nbase_model:")[0]
-    commands = re.findall(r"axolotl (?:train|vllm-serve) (\S+)", header)
+    commands = re.findall(r"(?:axolotl (?:train|vllm-serve)|grpo_plugin\.atropos\.launch) (\S+)", header)
     assert commands and all(c == rel for c in commands), (rel, commands)
 
 

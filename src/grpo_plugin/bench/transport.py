@@ -3,20 +3,23 @@
 per model size, for a LoRA adapter (lora_sync) and for the full weights (restart, reloaded in place):
 
     python -m grpo_plugin.bench sync --transport [both|shared|network] [--sizes tiny,100m,0.5b] [--repeats 5]
-                                     [--json]
+                                     [--link loopback|veth] [--json]
 
 The sides alternate push by push (ABBA) on the same server; every push is verified by the probe. Figure: the
 trainer-visible pause per push (median), network / shared, and the bytes sent per second of the network side's
-pause. The link is the loopback: between namespaces on one machine (a veth pair) the kernel copies the same way;
-between real hosts the link's bandwidth bounds `network` (docs/scaling.md has the model).
+pause. `--link veth`: the server runs in a network namespace of its own, reached over a veth pair (bench/netns.py;
+root), as a server on another host is; it still shares the filesystem, so the shared side can be timed on the same
+server. Between real hosts the link's bandwidth bounds `network` (docs/scaling.md has the model).
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 
 from grpo_plugin.bench.common import free_port, perturb, probe_token_ids, scratch, stack, stack_line
+from grpo_plugin.bench.netns import ServerInNamespace, VethLink
 from grpo_plugin.server.files import SentFiles, SharedFiles
 from grpo_plugin.server.process import ServerSpec, launch
 from grpo_plugin.sync.base import ModelHandle
@@ -58,7 +61,7 @@ def _pushes(client, sync, model, verifier, sides: list[str], repeats: int, only:
     return out
 
 
-def run(sizes: list[str], repeats: int, sides: list[str]) -> dict:
+def run(sizes: list[str], repeats: int, sides: list[str], link: str = "loopback") -> dict:
     import torch  # heavy (torch, transformers, peft): loaded only when this benchmark runs
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -67,13 +70,14 @@ def run(sizes: list[str], repeats: int, sides: list[str]) -> dict:
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.sync.restart import InPlaceReload, RestartSync
 
-    out: dict = {"benchmark": "transport", "repeats": repeats, "sides": sides, "link": "loopback", "models": {},
+    out: dict = {"benchmark": "transport", "repeats": repeats, "sides": sides, "link": link, "models": {},
                  "stack": stack()}
-    with scratch("grpo-bench-transport-") as tmp:
+    with scratch("grpo-bench-transport-") as tmp, (VethLink() if link == "veth" else contextlib.nullcontext()) as veth:
         for size in sizes:
             model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
-            spec = ServerSpec(model=model_dir, port=free_port(), dtype="float32", max_model_len=512,
-                              enforce_eager=True, max_lora_rank=16)
+            where = dict(spec_cls=ServerInNamespace, host=veth.peer, netns=veth.netns) if veth else {}
+            spec = where.pop("spec_cls", ServerSpec)(model=model_dir, port=free_port(), dtype="float32",
+                                                     max_model_len=512, enforce_eager=True, max_lora_rank=16, **where)
             server, client = launch(spec, tmp / f"vllm_server-{size}.log", timeout=900, client_timeout=600)
             try:
                 probe_ids = probe_token_ids(model_dir)
