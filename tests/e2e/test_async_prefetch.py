@@ -1,8 +1,8 @@
 """`trl.async_prefetch: true` through `axolotl train`: the next rollout is generated while the current step trains,
 in every sync mode, with exact policy versions (sync/gate.py) and the lag bound held on every step.
 
-Here: restart, unmanaged, with the server on another host reading the trainer's sync directory from a filesystem
-both see. The runs with a server lost mid-run (a prefetched
+Here: restart, unmanaged, with two servers on two other hosts, one reading the trainer's sync directory, the other
+sent the files over HTTP. The runs with a server lost mid-run (a prefetched
 rollout in flight: the main thread recovers, stale rollouts are dropped) are the fault runs, with async prefetch on:
 lora_sync on two managed servers, one killed and the other hung (test_scale_train.py); ipc on a managed server of
 its own (the shared weight file), killed (test_server_faults.py). `_check_async` is what every async run shows."""
@@ -57,43 +57,60 @@ def _check_async(cfg, log: str, steps: int, *, bound: int = 1, learns: bool = Tr
     assert "sampling/importance_sampling_ratio/mean" in log
 
 
-@pytest.mark.skipif(hosts.available() is not None, reason=f"two hosts: {hosts.available()}")
-def test_async_prefetch_restart_reload_on_a_server_on_another_host_through_a_shared_directory(
+@pytest.mark.skipif(hosts.available() is not None, reason=f"three hosts: {hosts.available()}")
+def test_async_prefetch_restart_reload_on_servers_on_two_other_hosts_one_shared_one_over_http(
         tmp_path, tiny_model_dir, tiny_data_file, cache_env):
-    """The server on another host (tests/e2e/hosts.py: its own network, mount and PID namespaces, private /tmp and
-    /dev/shm), `axolotl vllm-serve` started there; the trainer's grpo.sync_dir on a filesystem both hosts see at
-    the same path (here /var/tmp, which neither host remounts), with `grpo.weight_transport: shared`: checked before
-    the first push, then every full-weight push handed as a path and reloaded in place, verified."""
+    """Two servers on two other hosts (tests/e2e/hosts.py: each its own network, mount and PID namespaces on one
+    bridge, private /dev/shm), `axolotl vllm-serve` started on each from the same model path (under /var/tmp, which
+    no host remounts, as a shared image would have it); the trainer's grpo.sync_dir under /tmp, which host C sees at
+    the same path and host B does not (its /tmp is private). With `grpo.weight_transport: auto` the check before
+    the first push finds it: every full-weight push is handed to C as a path and sent to B over HTTP, reloaded in
+    place on both, verified on both."""
     from tests.e2e.test_server_faults import _finish
 
-    shared = Path(tempfile.mkdtemp(prefix="grpo-shared-sync-", dir="/var/tmp"))
+    image = Path(tempfile.mkdtemp(prefix="grpo-hosts-", dir="/var/tmp"))  # what every host has at the same path
     try:
-        with hosts.Hosts() as net:
-            path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, "quickstart_restart.yaml",
+        shutil.copytree(tiny_model_dir, image / "model")
+        shutil.copy(tiny_data_file, image / "data.jsonl")
+        (tmp_path / "sync").mkdir()
+        with hosts.Hosts(("a", "b", "c")) as net:
+            path, cfg = quickstart(tmp_path, image / "model", image / "data.jsonl", "quickstart_restart.yaml",
                                    max_steps=STEPS, trl={"async_prefetch": True},
-                                   grpo={"managed_server": False, "sync_dir": str(shared), "server_timeout": 240,
-                                         "weight_transport": "shared"})
-            cfg["vllm"]["host"] = net.addr("b")
+                                   grpo={"managed_server": False, "sync_dir": str(tmp_path / "sync"),
+                                         "server_timeout": 240, "weight_transport": "auto"})
+            urls = [f"http://{net.addr(h)}:{cfg['vllm']['port']}" for h in ("b", "c")]
+            cfg["grpo"]["server_urls"] = urls
             path.write_text(yaml.safe_dump(cfg))
-            serve_cfg = hosts.server_host_copy(tmp_path / "host-b", cfg, tiny_model_dir, tiny_data_file)
-            serve = net.popen("b", [str(BIN / "axolotl"), "vllm-serve", serve_cfg], log=tmp_path / "serve.log",
-                              env=env(), cwd=ROOT, private_tmp=tmp_path / "host-b")
+            serves = []
+            for h in ("b", "c"):
+                (image / f"cfg-{h}.yaml").write_text(yaml.safe_dump(
+                    {**cfg, "vllm": {**cfg["vllm"], "host": net.addr(h)}, "output_dir": str(image / f"out-{h}"),
+                     "dataset_prepared_path": str(image / f"prepared-{h}")}))
+                (tmp_path / f"host-{h}").mkdir()
+                serves.append(net.popen(h, [str(BIN / "axolotl"), "vllm-serve", str(image / f"cfg-{h}.yaml")],
+                                        log=tmp_path / f"serve-{h}.log", env=env(), cwd=ROOT,
+                                        private_tmp=tmp_path / "host-b" if h == "b" else None))
             try:
                 proc = net.popen("a", [str(BIN / "axolotl"), "train", str(path), *FAST], log=tmp_path / "train.log",
                                  env=env(), cwd=ROOT)
                 log = _finish(proc, tmp_path / "train.log")
             finally:
-                os.killpg(serve.pid, signal.SIGINT)  # Ctrl-C in host B's terminal
-                serve.wait(timeout=90)
-        assert proc.returncode == 0, log[-5000:]
-        _check_async(cfg, log, STEPS)
-        s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
-        assert [x["weight_transport"] for x in s["servers"]] == ["shared"], s["servers"]
-        assert s["servers"][0]["url"] == f"http://{net.addr('b')}:{cfg['vllm']['port']}"
-        assert not re.search(r"Traceback", log), log[-3000:]
-        assert not [p for p in shared.iterdir() if p.name.startswith("grpo_plugin-")]  # its sync dir went
+                for serve in serves:
+                    os.killpg(serve.pid, signal.SIGINT)  # Ctrl-C in each server host's terminal
+                for serve in serves:
+                    serve.wait(timeout=90)
     finally:
-        shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(image, ignore_errors=True)
+    assert proc.returncode == 0, log[-5000:]
+    _check_async(cfg, log, STEPS)
+    recs = [json.loads(x) for x in (Path(cfg["output_dir"]) / "grpo_metrics.jsonl").read_text().splitlines()]
+    pushed = [r for r in recs if r["sync_logprob_diff"] is not None]
+    assert all(len(r["sync_server_diffs"]) == 2 and max(r["sync_server_diffs"]) <= 1e-4 for r in pushed), pushed
+    s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
+    assert [(x["url"], x["weight_transport"]) for x in s["servers"]] == list(zip(urls, ["network", "shared"]))
+    assert all(x["syncs_verified"] == x["syncs"] == len(pushed) for x in s["servers"]), s["servers"]
+    assert not re.search(r"Traceback", log), log[-3000:]
+    assert not [p for p in (tmp_path / "sync").iterdir() if p.name.startswith("grpo_plugin-")]  # its sync dir went
 
 
 # ipc's async run on a managed server is its fault run (test_server_faults.py: the server killed at step 4 while a
