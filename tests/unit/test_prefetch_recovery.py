@@ -33,11 +33,14 @@ class _Inner:
 class _Guard:
     enabled = True
 
-    def __init__(self, lost: bool):
-        self.lost, self.outages, self.recovered = lost, [], 0
+    def __init__(self, lost: bool, serving: bool = True):
+        self.lost, self.outages, self.recovered, self._serving = lost, [], 0, serving
 
     def is_lost(self, exc):
         return "server gone" if self.lost else None
+
+    def serving(self):
+        return self._serving
 
     def recover(self, during, why):
         self.recovered += 1
@@ -76,3 +79,26 @@ def test_a_real_error_with_a_healthy_server_is_raised():
     with pytest.raises(ValueError, match="bad rollout"):
         _steps(PrefetchingProducer(inner, guard=guard), 4)
     assert guard.recovered == 0
+
+
+def test_a_background_hang_report_of_an_outage_the_main_thread_recovered_is_not_a_second_outage():
+    """The background rollout's own watch saw the hang too (ServerLost: `is_lost` says lost) while the main thread's
+    push recovered it; every server serves now: the report is stale. Before this, the guard recovered a second time
+    and, finding nothing lost, restarted every server (a CI failure: the healthy server of two was restarted)."""
+    inner, guard = _Inner(fail_steps={2}, error=ConnectionError("no answer to /health for 14 s")), _Guard(lost=True)
+    producer = PrefetchingProducer(inner, guard=guard)
+    assert [int(producer.produce(None, s)._data["x"][0]) for s in (0, 1)] == [0, 1]
+    guard.outages.append("the push recovered the hung server")
+    assert int(producer.produce(None, 2)._data["x"][0]) == 2
+    producer.shutdown()
+    assert guard.recovered == 0 and (2, True) in inner.calls  # produced again on the main thread, no recovery
+
+
+def test_a_loss_after_a_recovery_with_a_server_still_down_is_recovered():
+    inner, guard = _Inner(fail_steps={2}, error=ConnectionError("boom")), _Guard(lost=True, serving=False)
+    producer = PrefetchingProducer(inner, guard=guard)
+    assert [int(producer.produce(None, s)._data["x"][0]) for s in (0, 1)] == [0, 1]
+    guard.outages.append("an earlier outage")
+    assert int(producer.produce(None, 2)._data["x"][0]) == 2
+    producer.shutdown()
+    assert guard.recovered == 1

@@ -345,3 +345,16 @@ def test_after_a_failed_call_a_server_missing_health_twice_is_the_lost_one():
     guard = ServerGuard(group, restore=lambda: None, step=lambda: 2, servers=lambda: procs)
     guard.recover("rollout", "POST failed")
     assert procs[0].events == [] and procs[1].events == ["stop", "restart", "healthy"]
+
+
+def test_a_loss_reported_when_every_server_serves_again_restarts_none_and_restores():
+    """A hang that ended by itself (or one already recovered): nothing is lost now, so no server is restarted (it
+    used to restart every one); the weights are pushed and verified again and the call redone."""
+    group = _group_with([True, True])
+    procs = [_Proc(9000), _Proc(9001)]
+    restored = []
+    guard = ServerGuard(group, restore=lambda: restored.append(1) or "ok", step=lambda: 4, servers=lambda: procs)
+    assert guard.recover("rollout", "no answer to /health for 14 s", redo=False) == "ok"
+    assert procs[0].events == procs[1].events == [] and restored == [1]
+    (outage,) = guard.new_outages()
+    assert outage["servers"] == [] and not outage["restarted"]

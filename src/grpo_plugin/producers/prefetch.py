@@ -41,10 +41,11 @@ class PrefetchingProducer(AsyncDataProducer):
         except Exception as exc:
             if not self.guard.enabled:
                 raise
-            why = self.guard.is_lost(exc)
-            # failed on a server that was replaced meanwhile (the main thread recovered it during a push): the
-            # new server is healthy, so the failure is stale, not a real error; the queue goes, nothing to recover
-            stale = why is None and len(self.guard.outages) > self._outages_seen
+            # failed on a server that was replaced meanwhile (the main thread recovered it during a push, the
+            # background request's own watch saw the same outage): every server is back now, so the failure is
+            # stale, not a real error nor a second outage; the queue goes, nothing to recover
+            stale = len(self.guard.outages) > self._outages_seen and self.guard.serving()
+            why = None if stale else self.guard.is_lost(exc)
             if why is None and not stale:
                 raise
             self.drop_queue()

@@ -134,10 +134,15 @@ class ServerGuard:
                 self._silent_since.setdefault(i, now)
         return [None if ok else now - self._silent_since[i] for i, ok in enumerate(answers)]
 
+    def serving(self) -> bool:
+        """Every server's process runs and every server answers /health, now."""
+        return self._exited() is None and self.client.healthy()
+
     def _lost_members(self, members: list) -> list[int]:
         """Which servers to bring back: those whose process exited and those silent past the hang deadline;
         failing that (a request failed and the group does not answer), those that miss /health twice a second
-        apart (every server when none does: the guard was called because something is lost)."""
+        apart. None of them (a hang that ended by itself): no server is restarted; the weights are pushed and
+        verified again all the same."""
         silences = self._silences()
         lost = [i for i, (_, proc) in enumerate(members)
                 if self._proc_exited(proc) or (silences[i] or 0.0) >= self.hang_timeout_s]
@@ -148,7 +153,7 @@ class ServerGuard:
             time.sleep(1.0)
             again = self._silences()
             failing = [i for i in failing if again[i] is not None]
-        return failing or list(range(len(members)))
+        return failing
 
     def is_lost(self, exc: BaseException) -> str | None:
         """After a failed call: why the server is lost, or None when it is alive (the error is a real one)."""
@@ -216,9 +221,9 @@ class ServerGuard:
             members = self._members()
             lost = self._lost_members(members)
             outage.servers = [members[i][0].base_url for i in lost]
-            if members[0][1] is not None:
+            if lost and members[0][1] is not None:
                 self._restart(members, lost, outage)
-            else:
+            elif lost:
                 self._wait_for_unmanaged([members[i][0] for i in lost], outage)
             result = self.restore()
         except ServerUnrecoverable:
