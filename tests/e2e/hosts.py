@@ -9,7 +9,6 @@ Needs root and iproute2 / util-linux (`ip`, `unshare`); `available()` says why n
 
 from __future__ import annotations
 
-import os
 import random
 import secrets
 import shutil
@@ -17,6 +16,8 @@ import subprocess
 from pathlib import Path
 
 import yaml
+
+from grpo_plugin.bench.netns import ip, unavailable
 
 # Runs as the host's first process: mounts its private /dev/shm (and /tmp), then execs the command.
 _SETUP = r"""set -e
@@ -46,14 +47,7 @@ def own_mounts(argv: list[str], name: str, *, own_pids: bool = False) -> list[st
 
 def available() -> str | None:
     """None if hosts can be made here, else why not."""
-    if os.geteuid() != 0:
-        return "network and mount namespaces need root"
-    missing = [t for t in ("ip", "unshare") if shutil.which(t) is None]
-    return f"{', '.join(missing)} not installed" if missing else None
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+    return unavailable() or (None if shutil.which("unshare") else "unshare not installed")
 
 
 class Hosts:
@@ -72,24 +66,24 @@ class Hosts:
     def __enter__(self) -> Hosts:
         try:
             for ns in [*self.netns.values(), *([self._switch] if self._switch else [])]:
-                _ip("netns", "add", ns)
+                ip("netns", "add", ns)
             if self._switch is None:
                 a, b = self.names
-                _ip("link", "add", self.links[a], "type", "veth", "peer", "name", self.links[b])
+                ip("link", "add", self.links[a], "type", "veth", "peer", "name", self.links[b])
             else:
-                _ip("-n", self._switch, "link", "add", "br0", "type", "bridge")
-                _ip("-n", self._switch, "link", "set", "br0", "up")
+                ip("-n", self._switch, "link", "add", "br0", "type", "bridge")
+                ip("-n", self._switch, "link", "set", "br0", "up")
                 for n in self.names:
                     port = f"s{self.links[n][1:]}"[:15]
-                    _ip("link", "add", self.links[n], "type", "veth", "peer", "name", port)
-                    _ip("link", "set", port, "netns", self._switch)
-                    _ip("-n", self._switch, "link", "set", port, "master", "br0")
-                    _ip("-n", self._switch, "link", "set", port, "up")
+                    ip("link", "add", self.links[n], "type", "veth", "peer", "name", port)
+                    ip("link", "set", port, "netns", self._switch)
+                    ip("-n", self._switch, "link", "set", port, "master", "br0")
+                    ip("-n", self._switch, "link", "set", port, "up")
             for n in self.names:
-                _ip("link", "set", self.links[n], "netns", self.netns[n])
-                _ip("-n", self.netns[n], "addr", "add", f"{self._addrs[n]}/24", "dev", self.links[n])
-                _ip("-n", self.netns[n], "link", "set", self.links[n], "up")
-                _ip("-n", self.netns[n], "link", "set", "lo", "up")
+                ip("link", "set", self.links[n], "netns", self.netns[n])
+                ip("-n", self.netns[n], "addr", "add", f"{self._addrs[n]}/24", "dev", self.links[n])
+                ip("-n", self.netns[n], "link", "set", self.links[n], "up")
+                ip("-n", self.netns[n], "link", "set", "lo", "up")
         except BaseException:
             self.__exit__(None, None, None)
             raise

@@ -136,7 +136,7 @@ def test_a_group_split_across_ranks_is_judged_whole_and_zeroed_on_both(capsys):
     def rank(r):
         rows = slice(6 * r, 6 * r + 6)
         origin = _origin(3)
-        origin.first_row, origin.says = 6 * r, r == 0
+        origin.first_row = 6 * r
         data = {"old_per_token_logps": trainer[rows], "sampling_per_token_logps": env[rows],
                 "completion_mask": mask[rows]}
         advantages = torch.arange(1.0, 13.0)[rows].clone()

@@ -40,7 +40,11 @@ class Origin:
     reject: float | None  # nats per token; None: never reject
     warned: set = field(default_factory=set)  # environments already warned about (shared by the producer)
     first_row: int = 0  # several trainer ranks: this rank's first row in the batch (rows are every rank's)
-    says: bool = True  # this rank prints what the check finds (rank 0: once per step, not once per rank)
+
+    @property
+    def says(self) -> bool:
+        """This rank prints what the check finds: the one with the batch's first row (once per step, not per rank)."""
+        return self.first_row == 0
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ def apply(origin: Origin, data: dict, advantages: torch.Tensor, real_rows: int,
     if data.get("tool_mask") is not None:  # the trained tokens only (masked turns were not sampled)
         mask = mask * data["tool_mask"]
     mine = row_gaps(data["old_per_token_logps"], data["sampling_per_token_logps"], mask)
-    gaps = list(gather(mine))[:real_rows]
+    gaps = gather(mine)[:real_rows]
     found = check(origin, gaps)
     first, n = origin.first_row, len(mine)
     for c in found:

@@ -24,7 +24,8 @@ def unavailable() -> str | None:
     return None if shutil.which("ip") else "iproute2 (`ip`) is not installed"
 
 
-def _ip(*args: str) -> None:
+def ip(*args: str) -> None:
+    """`ip ARGS` (iproute2); a failure raises with what `ip` said."""
     done = subprocess.run(["ip", *args], capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
@@ -45,14 +46,14 @@ class VethLink:
         if why:
             raise RuntimeError(f"cannot make a veth link: {why}")
         try:
-            _ip("netns", "add", self.netns)
-            _ip("link", "add", self._here_if, "type", "veth", "peer", "name", self._peer_if)
-            _ip("link", "set", self._peer_if, "netns", self.netns)
-            _ip("addr", "add", f"{self.here}/24", "dev", self._here_if)
-            _ip("link", "set", self._here_if, "up")
-            _ip("-n", self.netns, "addr", "add", f"{self.peer}/24", "dev", self._peer_if)
-            _ip("-n", self.netns, "link", "set", self._peer_if, "up")
-            _ip("-n", self.netns, "link", "set", "lo", "up")
+            ip("netns", "add", self.netns)
+            ip("link", "add", self._here_if, "type", "veth", "peer", "name", self._peer_if)
+            ip("link", "set", self._peer_if, "netns", self.netns)
+            ip("addr", "add", f"{self.here}/24", "dev", self._here_if)
+            ip("link", "set", self._here_if, "up")
+            ip("-n", self.netns, "addr", "add", f"{self.peer}/24", "dev", self._peer_if)
+            ip("-n", self.netns, "link", "set", self._peer_if, "up")
+            ip("-n", self.netns, "link", "set", "lo", "up")
         except BaseException:
             self.__exit__(None, None, None)
             raise

@@ -75,9 +75,10 @@ def run(sizes: list[str], repeats: int, sides: list[str], link: str = "loopback"
     with scratch("grpo-bench-transport-") as tmp, (VethLink() if link == "veth" else contextlib.nullcontext()) as veth:
         for size in sizes:
             model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
-            where = dict(spec_cls=ServerInNamespace, host=veth.peer, netns=veth.netns) if veth else {}
-            spec = where.pop("spec_cls", ServerSpec)(model=model_dir, port=free_port(), dtype="float32",
-                                                     max_model_len=512, enforce_eager=True, max_lora_rank=16, **where)
+            spec_cls, where = ((ServerInNamespace, {"host": veth.peer, "netns": veth.netns}) if veth
+                               else (ServerSpec, {}))
+            spec = spec_cls(model=model_dir, port=free_port(), dtype="float32", max_model_len=512, enforce_eager=True,
+                            max_lora_rank=16, **where)
             server, client = launch(spec, tmp / f"vllm_server-{size}.log", timeout=900, client_timeout=600)
             try:
                 probe_ids = probe_token_ids(model_dir)

@@ -118,7 +118,7 @@ def wait_bound(settings, num_processes: int, ddp_timeout: int, say: bool = True)
     bound = float(max(1, ddp_timeout - 60))
     if 0 < wait <= bound:
         return wait
-    if say and "wait_timeout" in getattr(settings, "model_fields_set", ()):
+    if say and "wait_timeout" in settings.model_fields_set:
         _say(f"grpo.atropos.wait_timeout {wait:g} s with {num_processes} trainer ranks: the other ranks wait for "
              f"rank 0's batch in a collective that ends at ddp_timeout ({ddp_timeout} s), so rank 0 waits at most "
              f"{bound:g} s. Raise ddp_timeout to wait longer.")
@@ -148,6 +148,11 @@ class _Taken:
     wait_ms: float
     queued: int
 
+    def without_tokens(self) -> _Taken:
+        """What the other ranks are sent: the raw tokens stay here (the tensors carry them)."""
+        tensors = dataclasses.replace(self.item.tensors, tokens=None, lengths=None)
+        return dataclasses.replace(self, item=dataclasses.replace(self.item, tensors=tensors))
+
 
 @dataclass
 class _Failed:
@@ -175,8 +180,7 @@ class AtroposProducer(BaseDataProducer):
         self._saving = True
         self._version_warned = False
         self._offpolicy_warned: set = set()  # environments the on-policy check already warned about
-        self.wait_timeout = wait_bound(settings, spec.num_processes, int(getattr(args, "ddp_timeout", 0) or 1800),
-                                       say=self.leads)
+        self.wait_timeout = wait_bound(settings, spec.num_processes, int(args.ddp_timeout), say=self.leads)
 
     # ---- axolotl's DataProducer protocol ----------------------------------------------------------
     def produce(self, model, global_step, **kwargs) -> RolloutDataset:
@@ -200,7 +204,7 @@ class AtroposProducer(BaseDataProducer):
             origin=Origin(step=global_step, env_ids=item.env_ids, groups=item.tensors.group_index.tolist(),
                           versions=item.versions, warn=self.settings.offpolicy_warn,
                           reject=self.settings.offpolicy_reject, warned=self._offpolicy_warned,
-                          first_row=self.spec.process_index * self.local_batch, says=self.leads))
+                          first_row=self.spec.process_index * self.local_batch))
         return RolloutDataset(output)
 
     def _take(self, global_step: int) -> _Taken:
@@ -235,12 +239,9 @@ class AtroposProducer(BaseDataProducer):
                       queued=self.fetcher.queued)
 
     def _share(self, taken: _Taken | None, failure: BaseException | None) -> _Taken:
-        """Several ranks: rank 0's batch, or why it has none, on every rank. The raw tokens stay on rank 0 (the
-        tensors carry them)."""
+        """Several ranks: rank 0's batch, or why it has none, on every rank."""
         if self.leads:
-            sent = _Failed(type(failure).__name__, str(failure)) if failure is not None else dataclasses.replace(
-                taken, item=dataclasses.replace(
-                    taken.item, tensors=dataclasses.replace(taken.item.tensors, tokens=None, lengths=None)))
+            sent = _Failed(type(failure).__name__, str(failure)) if failure is not None else taken.without_tokens()
         got = self.spec.broadcast_object(sent if self.leads else None)
         if failure is not None:
             raise failure

@@ -123,9 +123,8 @@ class ServerGuard:
     def _silences(self) -> list[float | None]:
         """Asks every server's /health (in parallel) and returns, per server, how long it has gone unanswered
         (None: it answered)."""
-        clients = self._clients()
-        each = getattr(self.client, "each", None)
-        answers = each(lambda c: c.healthy()) if each is not None and len(clients) > 1 else [self.client.healthy()]
+        several = len(self._clients()) > 1  # a ServerGroup: asks them all at once
+        answers = self.client.each(lambda c: c.healthy()) if several else [self.client.healthy()]
         now = time.monotonic()
         for i, ok in enumerate(answers):
             if ok:
