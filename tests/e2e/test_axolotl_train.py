@@ -40,7 +40,10 @@ def quickstart(tmp_path, tiny_model_dir, tiny_data_file, config="quickstart_lora
     cfg = yaml.safe_load((ROOT / "configs" / config).read_text())
     cfg["base_model"] = str(tiny_model_dir)
     cfg["datasets"][0]["path"] = str(tiny_data_file)
-    cfg["dataset_prepared_path"] = str(tmp_path / "prepared")
+    # beside the data file (session-scoped for the tiny task): axolotl keys a prepared dataset by the data, its
+    # transform, the tokenizer and sequence_len, so each distinct one is prepared once per worker and later runs load
+    # it (preparing saves through a spawned process pool even for 128 rows: ~10 s of every run on the CI machine)
+    cfg["dataset_prepared_path"] = str(Path(tiny_data_file).parent / "prepared")
     cfg["output_dir"] = str(tmp_path / "out")
     cfg["vllm"]["port"] = free_port() if server is None else server[0].spec.port
     if server is not None:
