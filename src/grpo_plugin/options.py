@@ -213,8 +213,8 @@ GENERATION_KWARGS_INSTEAD: dict[str, str] = {
     "top_k": "use trl.top_k",
     "min_p": "use trl.min_p",
     "repetition_penalty": "use trl.repetition_penalty",
-    "seed": "the server samples with the top-level `seed:`; one seed in every request would draw the same "
-            "completions for a prompt at every step",
+    "seed": "use grpo.seeded_sampling: a seed per prompt and step, from the top-level `seed:`; one seed in every "
+            "request would draw the same completions for a prompt at every step",
     "logprobs": "it reads the sampled tokens' logprobs from the reply",
     "return_tokens_as_token_ids": "it reads the sampled token ids from the reply",
     "skip_special_tokens": "it reads the sampled token ids from the reply",

@@ -45,12 +45,13 @@ from grpo_plugin.producers.evaluation import EvalGeneration
 from grpo_plugin.producers.local import generation_kwargs, sampling_kwargs
 from grpo_plugin.producers.prefetch import PrefetchingProducer
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, record_of
+from grpo_plugin.producers.seeds import PromptSeeds
 from grpo_plugin.producers.spec import GenerationSpec, broadcast_from_rank_0, pad_token_id
 from grpo_plugin.recorder import StepMetricsCallback, StepRecorder
 from grpo_plugin.reward_log import RewardLog, weighted_rewards
 from grpo_plugin.scoring import RowScoring
 from grpo_plugin.server.client import ServerError
-from grpo_plugin.server.connect import connect, server_urls, wait_for_servers
+from grpo_plugin.server.connect import connect, require_whole_prefills, server_urls, wait_for_servers
 from grpo_plugin.server.recovery import ServerUnrecoverable
 from grpo_plugin.sync.base import ModelHandle, SyncError
 from grpo_plugin.sync.ranks import for_accelerator as ranks_for
@@ -77,6 +78,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self.pad_token_id, self.eos_token_id = pad_token_id(tok), tok.eos_token_id
         wait_for_servers(client, self.grpo.server_timeout,
                          started_by_rank_0=self.grpo.managed_server and not self.accelerator.is_main_process)
+        if self.grpo.seeded_sampling:
+            require_whole_prefills(client)
         model = ModelHandle(unwrap=lambda: self.accelerator.unwrap_model(self.model),
                             num_processes=self.accelerator.num_processes,
                             is_main=self.accelerator.is_main_process, add_callback=self.add_callback)
@@ -84,7 +87,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self.vllm_generation = EvalGeneration(  # TRL's evaluation generates through the plugin's server, session
             client=client, gate=self.sync.gate, guard=self.sync.guard, step=lambda: self.state.global_step,
             bring_current=lambda: self.sync.bring_current(self.state.global_step),
-            sampling=lambda: sampling_kwargs(self, generation_kwargs(self.args)), lag_timeout=build.LAG_WAIT_S)
+            sampling=lambda: sampling_kwargs(self, generation_kwargs(self.args)), lag_timeout=build.LAG_WAIT_S,
+            seeds=self.prompt_seeds)
         self.grpo_generation = self.vllm_generation.rollout_handle()  # trl.rollout_func's (docs/agents.md)
         self._patched_sync_weights = True  # axolotl would rebind its sync_weights to its own (no-client) sync
         self.scoring = RowScoring(model.unwrap())
@@ -96,6 +100,11 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         atexit.register(self.close)
 
     # ---- rollouts ------------------------------------------------------------------------------
+    @property
+    def prompt_seeds(self) -> PromptSeeds | None:
+        """grpo.seeded_sampling: each prompt's sampling seed (producers/seeds.py); None: vLLM's own draws."""
+        return PromptSeeds(self.args.seed, self.accelerator.process_index) if self.grpo.seeded_sampling else None
+
     def _create_data_producer(self, args, train_dataset):
         attach_agents(self, self.grpo, self.grpo_environments)  # grpo.tools / environment_factory: the tool loop
         tok = self.processing_class
@@ -111,7 +120,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             device=self.accelerator.device, num_processes=self.accelerator.num_processes,
             gather=self.accelerator.gather, gather_object=gather_object, step=lambda: self.state.global_step,
             synced_version=lambda: self.sync.synced_version, add_callback=self.add_callback,
-            process_index=self.accelerator.process_index, broadcast_object=broadcast_from_rank_0)
+            process_index=self.accelerator.process_index, broadcast_object=broadcast_from_rank_0,
+            seeds=self.prompt_seeds)
         producer = build.build_producer(args, train_dataset, self.grpo, spec, host=self)
         if isinstance(producer, PrefetchingProducer):  # its queue goes when a server is lost under a verification
             self.sync.forget_prefetched = producer.drop_queue

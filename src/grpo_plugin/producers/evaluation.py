@@ -30,10 +30,11 @@ class EvalGeneration:
     """Stands in for TRL's `VLLMGeneration` during evaluation (its two methods TRL's trainer calls)."""
 
     def __init__(self, *, client, gate, guard, step: Callable[[], int], bring_current: Callable[[], None],
-                 sampling: Callable[[], dict[str, Any]], lag_timeout: float):
+                 sampling: Callable[[], dict[str, Any]], lag_timeout: float, seeds: Callable | None = None):
         """`step()`: the trainer's optimizer step; `bring_current()`: push (and verify) the current weights unless
-        the server holds them; `sampling()`: keyword arguments of `client.generate` besides prompts, model, n."""
-        self.client, self.gate, self.guard = client, gate, guard
+        the server holds them; `sampling()`: keyword arguments of `client.generate` besides prompts, model, n;
+        `seeds`: grpo.seeded_sampling's per-prompt seeds (producers/seeds.py), or None."""
+        self.client, self.gate, self.guard, self.seeds = client, gate, guard, seeds
         self.step, self.bring_current, self.sampling = step, bring_current, sampling
         self.lag_timeout = lag_timeout
 
@@ -52,6 +53,8 @@ class EvalGeneration:
         unique = [list(p) for p in prompts[::num_generations]]
         version = self.step()
         sampling = self.sampling()
+        if self.seeds is not None:
+            sampling["seeds"] = self.seeds("eval", version, unique)
 
         def once():
             with self.gate.lease(version, timeout=self.lag_timeout) as lease:

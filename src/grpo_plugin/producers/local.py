@@ -67,7 +67,7 @@ class LocalRolloutProducer(GRPODataProducer):
         t0 = time.perf_counter()
         min_version = global_step - self.max_policy_lag
 
-        sampling = spec.sampling
+        sampling = {**spec.sampling, **spec.seeded("train", global_step, unique)}
 
         def generate():
             # one lease per attempt: a redo after a recovery samples with the version the restore published

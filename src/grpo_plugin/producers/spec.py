@@ -36,6 +36,11 @@ class GenerationSpec:
     add_callback: Callable[[Any], None]  # hooks the training loop (a transformers TrainerCallback)
     process_index: int = 0  # this trainer rank
     broadcast_object: Callable[[Any], Any] = lambda obj: obj  # rank 0's picklable value on every rank (a collective)
+    seeds: Any = None  # grpo.seeded_sampling: each prompt's sampling seed (producers/seeds.py PromptSeeds); None: off
+
+    def seeded(self, purpose: str, step: int, prompts: list[list[int]]) -> dict[str, Any]:
+        """`client.generate`'s per-prompt `seeds` for these prompts, or nothing when seeded sampling is off."""
+        return {} if self.seeds is None else {"seeds": self.seeds(purpose, step, prompts)}
 
 
 def pad_token_id(tokenizer) -> int:

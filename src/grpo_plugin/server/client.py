@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import requests
+from requests.adapters import HTTPAdapter
 
 from grpo_plugin.options import GENERATE_FIELDS
 from grpo_plugin.server.files import SharedFiles, chunks
@@ -77,6 +78,9 @@ class VLLMServerClient:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.session = requests.Session()
+        # seeded sampling sends a batch's prompts as concurrent requests: keep their connections (urllib3's default
+        # pool of 10 drops the rest after each request)
+        self.session.mount("http://", HTTPAdapter(pool_maxsize=64))
         self.watch: Callable[[], str | None] | None = None
         self.watch_every = 2.0
         self.health_timeout = 5.0
@@ -164,11 +168,20 @@ class VLLMServerClient:
         min_p: float | None = None,
         repetition_penalty: float | None = None,
         seed: int | None = None,
+        seeds: list[int] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> list[list[Completion]]:
         """Sample `n` completions per token-id prompt. Returns one list of `n` Completions per prompt. `extra`: more
         fields of vLLM's /v1/completions request (its sampling parameters: stop_token_ids, presence_penalty, ...),
-        none of GENERATE_FIELDS."""
+        none of GENERATE_FIELDS. `seeds`: one per prompt (grpo.seeded_sampling): each prompt goes in a request of
+        its own with its seed (vLLM gives the i-th of its `n` samples seed + i), all at once."""
+        if seeds is not None:
+            if seed is not None or len(seeds) != len(prompts):
+                raise ValueError(f"generate(seeds=...): one seed per prompt ({len(prompts)}), and no `seed`")
+            fixed = dict(model=model, n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                         min_p=min_p, repetition_penalty=repetition_penalty, extra=extra)
+            pending = [in_daemon_thread(self.generate, [p], seed=s, **fixed) for p, s in zip(prompts, seeds)]
+            return [f.result()[0] for f in pending]
         clash = sorted(set(extra or ()) & set(GENERATE_FIELDS))
         if clash:
             raise ValueError(f"generate(extra=...) may not set {clash}: generate() decides these request fields")

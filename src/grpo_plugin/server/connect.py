@@ -69,3 +69,21 @@ def wait_for_servers(client, timeout: float, *, started_by_rank_0: bool = False)
                 "`axolotl vllm-serve <config.yaml>` in another terminal, or set `grpo.managed_server: true` "
                 "so `axolotl train` starts it."
             )
+
+
+def require_whole_prefills(client) -> None:
+    """grpo.seeded_sampling: a vLLM-CPU server must not split a prefill across engine steps. After a partial prefill
+    vLLM rewinds a seeded request's generator with CUDA-only offsets, and the CPU engine stops on it (the plugin's
+    servers start without chunked prefill: server/process.py)."""
+    from grpo_plugin.server.client import ServerError
+
+    for c in replicas_of(client):
+        config = c.server_info().get("vllm_config") or {}
+        device = str((config.get("device_config") or {}).get("device", ""))
+        chunked = (config.get("scheduler_config") or {}).get("enable_chunked_prefill")
+        if "cpu" in device.lower() and chunked is not False:
+            raise ServerError(
+                f"grpo.seeded_sampling: the vLLM-CPU server at {c.base_url} runs chunked prefill (its "
+                f"scheduler_config.enable_chunked_prefill is {chunked!r}), which stops its engine on a seeded request "
+                "whose prefill it splits. Start it with `axolotl vllm-serve <config.yaml>` (the same config: it turns "
+                "chunked prefill off), or pass --no-enable-chunked-prefill --max-num-batched-tokens <max_model_len>.")

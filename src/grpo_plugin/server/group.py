@@ -139,8 +139,11 @@ class ServerGroup:
         self._turn = (self._turn + len(prompts)) % len(self.replicas)
         busy = [(i, r) for i, r in enumerate(ranges) if len(r)]
 
+        seeds = kwargs.pop("seeds", None)  # one per prompt: each goes with its prompt
+
         def share(i: int, r: range) -> list[list[Completion]]:
-            groups = self.replicas[i].generate([prompts[k] for k in r], **kwargs)
+            mine = {} if seeds is None else {"seeds": [seeds[k] for k in r]}
+            groups = self.replicas[i].generate([prompts[k] for k in r], **kwargs, **mine)
             for group in groups:
                 for c in group:
                     c.server = i

@@ -86,6 +86,9 @@ class ServerSpec:
     # several servers on one CPU machine: the cores this one's OpenMP threads are bound to (vLLM-CPU's
     # VLLM_CPU_OMP_THREADS_BIND, e.g. "0-3"); None: vLLM's default
     cpu_bind: str | None = None
+    # grpo.seeded_sampling on vLLM-CPU: no prefill split across engine steps (vLLM rewinds a seeded request's
+    # generator after a partial prefill with CUDA-only generator offsets: the CPU engine stops on it)
+    chunked_prefill: bool = True
     extra_args: list[str] = field(default_factory=list)
 
     @property
@@ -124,6 +127,8 @@ class ServerSpec:
             cmd += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
         if self.engine_in_one_process:
             cmd += ["--distributed-executor-backend", "uni"]
+        if not self.chunked_prefill:
+            cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(self.max_model_len)]
         if self.enable_prefix_caching is False:
             cmd.append("--no-enable-prefix-caching")
         if self.trust_remote_code:
@@ -501,5 +506,6 @@ def spec_from_cfg(cfg, **overrides) -> ServerSpec:
         ipc=ipc,
         ipc_root=settings.sync_dir if ipc else None,
         ipc_gemm=settings.ipc_gemm or "onednn",
+        chunked_prefill=not (settings.seeded_sampling and not cuda_available()),
     )
 
