@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 from grpo_plugin import runtime
 from grpo_plugin.server import managed
-from grpo_plugin.server.client import VLLMServerClient
+from grpo_plugin.server.client import ServerError, VLLMServerClient
 from grpo_plugin.server.group import ServerGroup, replicas_of
 from grpo_plugin.server.process import Progress, wait_until
 
@@ -75,8 +75,6 @@ def require_whole_prefills(client) -> None:
     """grpo.seeded_sampling: a vLLM-CPU server must not split a prefill across engine steps. After a partial prefill
     vLLM rewinds a seeded request's generator with CUDA-only offsets, and the CPU engine stops on it (the plugin's
     servers start without chunked prefill: server/process.py)."""
-    from grpo_plugin.server.client import ServerError
-
     for c in replicas_of(client):
         config = c.server_info().get("vllm_config") or {}
         device = str((config.get("device_config") or {}).get("device", ""))

@@ -128,7 +128,9 @@ class ServerSpec:
         if self.engine_in_one_process:
             cmd += ["--distributed-executor-backend", "uni"]
         if not self.chunked_prefill:
-            cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(self.max_model_len)]
+            cmd.append("--no-enable-chunked-prefill")  # a step's token budget must then hold a whole prompt
+            if self.max_model_len:
+                cmd += ["--max-num-batched-tokens", str(self.max_model_len)]
         if self.enable_prefix_caching is False:
             cmd.append("--no-enable-prefix-caching")
         if self.trust_remote_code:
