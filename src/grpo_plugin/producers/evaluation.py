@@ -24,6 +24,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from grpo_plugin.producers.agent import AgentGeneration
+from grpo_plugin.producers.seeds import seeded
 
 
 class EvalGeneration:
@@ -52,9 +53,7 @@ class EvalGeneration:
         self.bring_current()  # TRL asks for a sync only when its own step counter moved; this is idempotent
         unique = [list(p) for p in prompts[::num_generations]]
         version = self.step()
-        sampling = self.sampling()
-        if self.seeds is not None:
-            sampling["seeds"] = self.seeds("eval", version, unique)
+        sampling = {**self.sampling(), **seeded(self.seeds, "eval", version, unique)}
 
         def once():
             with self.gate.lease(version, timeout=self.lag_timeout) as lease:

@@ -26,6 +26,7 @@ from trl.data_utils import is_conversational
 from grpo_plugin.config import lookups
 from grpo_plugin.producers.completion_tensors import rollout_tensors
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, Rollout
+from grpo_plugin.producers.seeds import seeded
 from grpo_plugin.producers.spec import GenerationSpec
 from grpo_plugin.server.group import replicas_of
 
@@ -67,7 +68,7 @@ class LocalRolloutProducer(GRPODataProducer):
         t0 = time.perf_counter()
         min_version = global_step - self.max_policy_lag
 
-        sampling = {**spec.sampling, **spec.seeded("train", global_step, unique)}
+        sampling = {**spec.sampling, **seeded(spec.seeds, "train", global_step, unique)}
 
         def generate():
             # one lease per attempt: a redo after a recovery samples with the version the restore published

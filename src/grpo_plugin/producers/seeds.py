@@ -32,3 +32,8 @@ class PromptSeeds:
             seen[key] += 1
             out.append(int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "big") >> 1)
         return out
+
+
+def seeded(seeds: PromptSeeds | None, purpose: str, step: int, prompts: list[list[int]]) -> dict[str, list[int]]:
+    """`client.generate`'s per-prompt `seeds` for these prompts, or nothing when seeded sampling is off (None)."""
+    return {} if seeds is None else {"seeds": seeds(purpose, step, prompts)}

@@ -38,10 +38,6 @@ class GenerationSpec:
     broadcast_object: Callable[[Any], Any] = lambda obj: obj  # rank 0's picklable value on every rank (a collective)
     seeds: Any = None  # grpo.seeded_sampling: each prompt's sampling seed (producers/seeds.py PromptSeeds); None: off
 
-    def seeded(self, purpose: str, step: int, prompts: list[list[int]]) -> dict[str, Any]:
-        """`client.generate`'s per-prompt `seeds` for these prompts, or nothing when seeded sampling is off."""
-        return {} if self.seeds is None else {"seeds": self.seeds(purpose, step, prompts)}
-
 
 def pad_token_id(tokenizer) -> int:
     """The tokenizer's pad token, or its end-of-sequence token when it has none."""

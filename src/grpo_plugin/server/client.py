@@ -67,6 +67,60 @@ def in_daemon_thread(fn: Callable[..., Any], *args, **kwargs) -> Future:
     return future
 
 
+def completion_request(prompts: list[list[int]], *, model: str, n: int, max_tokens: int, temperature: float = 1.0,
+                       top_p: float = 1.0, top_k: int | None = None, min_p: float | None = None,
+                       repetition_penalty: float | None = None, seed: int | None = None,
+                       extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """vLLM's /v1/completions request for token-id prompts, asking for the sampled token ids and their logprobs.
+    `extra`: more fields of the request (its sampling parameters: stop_token_ids, presence_penalty, ...), none of
+    GENERATE_FIELDS."""
+    clash = sorted(set(extra or ()) & set(GENERATE_FIELDS))
+    if clash:
+        raise ValueError(f"generate(extra=...) may not set {clash}: generate() decides these request fields")
+    payload: dict[str, Any] = {
+        "model": model,
+        "prompt": prompts,
+        "n": n,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+        "logprobs": 0,
+        "return_tokens_as_token_ids": True,
+        "skip_special_tokens": False,
+    }
+    optional = {"top_k": top_k, "min_p": min_p, "repetition_penalty": repetition_penalty, "seed": seed}
+    payload.update({k: v for k, v in optional.items() if v is not None})
+    payload.update(extra or {})
+    return payload
+
+
+def completions_of(body: Any, num_prompts: int, n: int) -> list[list[Completion]]:
+    """A /v1/completions reply as `n` Completions per prompt, in the prompts' order."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or len(choices) != num_prompts * n:
+        raise ServerError(
+            f"/v1/completions returned {len(choices) if isinstance(choices, list) else choices!r} "
+            f"choices for {num_prompts} prompts x n={n}"
+        )
+    out: list[list[Completion]] = [[None] * n for _ in range(num_prompts)]  # type: ignore[list-item]
+    seen = [0] * num_prompts
+    for ch in sorted(choices, key=lambda c: c["index"]):
+        p, k = divmod(ch["index"], n)
+        lp = ch.get("logprobs") or {}
+        tokens, token_lps = lp.get("tokens"), lp.get("token_logprobs")
+        if tokens is None or token_lps is None or len(tokens) != len(token_lps):
+            raise ServerError(f"/v1/completions choice {ch['index']} has no per-token logprobs")
+        out[p][k] = Completion(
+            token_ids=[_token_id(t) for t in tokens],
+            logprobs=[float(x) if x is not None and math.isfinite(x) else -1e4 for x in token_lps],
+            finish_reason=ch.get("finish_reason"),
+        )
+        seen[p] += 1
+    if any(s != n for s in seen):
+        raise ServerError(f"/v1/completions returned an uneven number of choices per prompt: {seen}")
+    return out
+
+
 class VLLMServerClient:
     """`watch`: optional liveness check, called every `watch_every` seconds while a request is in flight; a
     reason (str) it returns ends the wait with ServerLost, so a hung server is noticed long before the request's
@@ -155,81 +209,22 @@ class VLLMServerClient:
         raise ServerError(f"the vLLM server at {self.base_url} lists no base model in /v1/models")
 
     # -- generation -----------------------------------------------------------------------------
-    def generate(
-        self,
-        prompts: list[list[int]],
-        *,
-        model: str,
-        n: int,
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int | None = None,
-        min_p: float | None = None,
-        repetition_penalty: float | None = None,
-        seed: int | None = None,
-        seeds: list[int] | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> list[list[Completion]]:
-        """Sample `n` completions per token-id prompt. Returns one list of `n` Completions per prompt. `extra`: more
-        fields of vLLM's /v1/completions request (its sampling parameters: stop_token_ids, presence_penalty, ...),
-        none of GENERATE_FIELDS. `seeds`: one per prompt (grpo.seeded_sampling): each prompt goes in a request of
-        its own with its seed (vLLM gives the i-th of its `n` samples seed + i), all at once."""
-        if seeds is not None:
-            if seed is not None or len(seeds) != len(prompts):
-                raise ValueError(f"generate(seeds=...): one seed per prompt ({len(prompts)}), and no `seed`")
-            fixed = dict(model=model, n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                         min_p=min_p, repetition_penalty=repetition_penalty, extra=extra)
-            pending = [in_daemon_thread(self.generate, [p], seed=s, **fixed) for p, s in zip(prompts, seeds)]
-            return [f.result()[0] for f in pending]
-        clash = sorted(set(extra or ()) & set(GENERATE_FIELDS))
-        if clash:
-            raise ValueError(f"generate(extra=...) may not set {clash}: generate() decides these request fields")
-        payload: dict[str, Any] = {
-            "model": model,
-            "prompt": prompts,
-            "n": n,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
-            "logprobs": 0,
-            "return_tokens_as_token_ids": True,
-            "skip_special_tokens": False,
-        }
-        if top_k is not None:
-            payload["top_k"] = top_k
-        if min_p is not None:
-            payload["min_p"] = min_p
-        if repetition_penalty is not None:
-            payload["repetition_penalty"] = repetition_penalty
-        if seed is not None:
-            payload["seed"] = seed
-        if extra:
-            payload.update(extra)
-        body = self._json(self._post("/v1/completions", payload), "/v1/completions")
-        choices = body.get("choices")
-        if not isinstance(choices, list) or len(choices) != len(prompts) * n:
-            raise ServerError(
-                f"/v1/completions returned {len(choices) if isinstance(choices, list) else choices!r} "
-                f"choices for {len(prompts)} prompts x n={n}"
-            )
-        out: list[list[Completion]] = [[None] * n for _ in prompts]  # type: ignore[list-item]
-        seen = [0] * len(prompts)
-        for ch in sorted(choices, key=lambda c: c["index"]):
-            p, k = divmod(ch["index"], n)
-            lp = ch.get("logprobs") or {}
-            tokens, token_lps = lp.get("tokens"), lp.get("token_logprobs")
-            if tokens is None or token_lps is None or len(tokens) != len(token_lps):
-                raise ServerError(f"/v1/completions choice {ch['index']} has no per-token logprobs")
-            out[p][k] = Completion(
-                token_ids=[_token_id(t) for t in tokens],
-                logprobs=[float(x) if x is not None and math.isfinite(x) else -1e4 for x in token_lps],
-                finish_reason=ch.get("finish_reason"),
-            )
-            seen[p] += 1
-        if any(s != n for s in seen):
-            raise ServerError(f"/v1/completions returned an uneven number of choices per prompt: {seen}")
-        return out
+    def generate(self, prompts: list[list[int]], *, n: int, seeds: list[int] | None = None,
+                 **sampling: Any) -> list[list[Completion]]:
+        """Sample `n` completions per token-id prompt. Returns one list of `n` Completions per prompt. `sampling`:
+        completion_request's settings. `seeds`: one per prompt (grpo.seeded_sampling): each prompt goes in a
+        request of its own with its seed (vLLM gives the i-th of its `n` samples seed + i), all at once."""
+        payload = completion_request(prompts, n=n, **sampling)
+        if seeds is None:
+            return self._complete(payload, len(prompts), n)
+        if "seed" in payload or len(seeds) != len(prompts):
+            raise ValueError(f"generate(seeds=...): one seed per prompt ({len(prompts)}), and no `seed`")
+        pending = [in_daemon_thread(self._complete, {**payload, "prompt": [p], "seed": s}, 1, n)
+                   for p, s in zip(prompts, seeds)]
+        return [f.result()[0] for f in pending]
+
+    def _complete(self, payload: dict[str, Any], num_prompts: int, n: int) -> list[list[Completion]]:
+        return completions_of(self._json(self._post("/v1/completions", payload), "/v1/completions"), num_prompts, n)
 
     def prompt_logprobs(self, token_ids: list[int], *, model: str) -> list[float]:
         """Logprob of token t given tokens < t, for t = 1..len-1 (the sync probe)."""
