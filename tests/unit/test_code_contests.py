@@ -158,23 +158,20 @@ def test_a_stdio_program_s_tests_free_their_cycles(sandbox):
     assert sandbox.run_suites([StdioSuite(code, [("", "True\n")] * 2)])[0].passed == [True, True]
 
 
-def test_a_stdio_program_with_more_tests_than_one_child_takes(sandbox):
-    """Over 200 tests: several children, one after the other, each with its share of the inputs, in order."""
+def test_a_stdio_program_with_many_tests(sandbox):
+    """250 tests: a process each, every output where its test is."""
     cases = [(f"{k}\n", f"{2 * k}\n") for k in range(250)]
     res = sandbox.run_suites([StdioSuite("print(2 * int(input()))\n", cases)])[0]
     assert res.passed == [True] * 250, [d for d in res.detail if d != "passed"][:3]
 
 
-def test_stdio_tests_are_grouped_by_input_size():
+def test_stdio_tests_run_one_per_process():
     from grpo_plugin.sandbox.forkserver_runs import stdio_units
 
     job = {"tests": [{"input": "x" * n} for n in (5, 5, 5, 12, 1)]}
-    assert [(a, b) for _, a, b in stdio_units(job, most_input=10)] == [(0, 2), (2, 3), (3, 4), (4, 5)]
-    assert [(a, b) for _, a, b in stdio_units(job)] == [(0, 5)]
-    # at most `most_tests` per child (each test's input is a descriptor passed to it)
-    many = {"tests": [{"input": "1"}] * 450}
-    assert [(a, b) for _, a, b in stdio_units(many)] == [(0, 200), (200, 400), (400, 450)]
+    assert [(a, b) for _, a, b in stdio_units(job)] == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
     assert stdio_units({"tests": []}) == []
+
 
 def test_stdout_comparison_can_be_exact_and_time_limits_come_from_the_row(sandbox):
     code = "print('1.0000001  2')\n"

@@ -5,7 +5,7 @@ A module per process that runs it, prefixed with that process's name where the p
   formats), verdicts.py (output comparison);
 - the fork server, in the jail: forkserver.py (the job loop), forkserver_runs.py (a run's processes, deadlines, what
   they write), forkserver_slots.py (scratch slots, cores), forkserver_judges.py (the slots' judge processes),
-  forkserver_plan.py (programs and tests compiled, calls to send ahead);
+  forkserver_plan.py (programs and tests compiled, one-call tests found);
 - a template, one per core: template.py (forks every program and judge process of its core's slots);
 - a forked process, first: forked.py (its confinement, then its role);
 - a program's process: program.py (the program as plain CPython, then the calls a judge makes into it; or the

@@ -78,8 +78,7 @@ def main(payload: bytes, fds: list[int], ruleset: int, server_limits: dict, uids
             gc.enable()  # the template runs without collector passes; a program runs as Python does
             if mode == "stdio":
                 os.close(3)
-                inputs = list(range(4, 4 + end - start))
-                program_.run_stdio(program, start, end, nonce, inputs)
+                program_.run_stdio(program, start, nonce, 4)  # one test per process (forkserver_runs.stdio_units)
             os.close(4)  # the setup channel: closed before the program runs
             program_.run_program(program, 3, server_limits["value_bytes"])
     except BaseException as exc:  # noqa: BLE001 - a setup failure is reported, not raised

@@ -11,12 +11,12 @@ namespace, and collects them when told.
 A job of assert or call-based tests gets two processes: the program's (program.py: it runs the program, then
 answers calls into it) and a judge (judge.py: it runs the tests and sends the verdicts here). They talk over a
 socket pair; this server hears only the judge's verdicts and the program's stdout/stderr (diagnostics). A
-stdin/stdout job gets one process: the program runs once per test; its stdout, split per test, goes back to the
+stdin/stdout job gets a process per test (its input exists only there); its stdout goes back to the
 trainer, which compares it with the expected output (never sent here).
 
 Here: the job loop (jobs in, processes started, what they write routed to their runs, deadlines kept, replies
 out). Beside it, in the same process: forkserver_runs.py (a run's processes, deadlines and output parsing),
-forkserver_slots.py (scratch slots and cores), forkserver_plan.py (programs and tests compiled, calls to send ahead;
+forkserver_slots.py (scratch slots and cores), forkserver_plan.py (programs and tests compiled, one-call tests found;
 loaded once the templates are forked). What a forked process runs first: forked.py.
 Everything a process writes is parsed as untrusted; one job's failure costs no other job.
 """

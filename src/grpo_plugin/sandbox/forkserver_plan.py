@@ -1,8 +1,8 @@
 """Planning a job's tests, in the fork server (standard library only: it runs inside the jail). Once per distinct
 program or test, and only after the templates are forked (`ast` is imported here: ~0.5 MB that no forked process
 carries): the program compiled, the names it imports at module level, each test compiled with the names it uses only
-as modules, and the one call of a test that is nothing but `assert NAME(literals) == literal` (sent ahead,
-judge_link.Program.send_ahead). A batch repeats its programs and tests: each is done once and kept (bounded)."""
+as modules, and the one call of a test that is nothing but `assert NAME(literals) == literal` (judged in place,
+judge.Judge.literal_test). A batch repeats its programs and tests: each is done once and kept (bounded)."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def call_of(tree):
     `is not`; `assert abs(NAME(literals) - literal) < literal` (or `<=`); `assert NAME(literals)`,
     `assert not NAME(literals)`; a message only when it is a literal): (NAME, args, kwargs, check) with the
     literals' values (`literal`), else None. Such a test does nothing else to the program before or after that
-    call, so the call can be sent ahead of the test (Program.send_ahead). `check`, what the test asks of the call's
+    call. `check`, what the test asks of the call's
     value, for the judge to ask it without running the test as code (judge.Judge.literal_test): (op, literal, None)
     with op `==`, `!=`, `is` or `is not` (`is` only with None, True or False), ("abs<", literal, bound) or
     ("abs<=", ...), ("truth", None, None) or ("not", None, None); None for an `is` with another literal (the test

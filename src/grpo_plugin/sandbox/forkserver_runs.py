@@ -207,19 +207,11 @@ class Run:
             self.buf["err"] += chunk[:OUT_READ_CAP - len(self.buf["err"])]
 
 
-def stdio_units(job: dict, most_input: int = 16 << 20, most_tests: int = 200) -> list[tuple[dict, int, int]]:
-    """A stdio job's tests in processes of at most `most_input` bytes of input (memory files made before it
-    starts) and `most_tests` tests (a descriptor each, passed in one message), in order."""
-    units, first, size = [], 0, 0
-    for i, t in enumerate(job["tests"]):
-        n = len(t["input"])
-        if i > first and (size + n > most_input or i - first >= most_tests):
-            units.append((job, first, i))
-            first, size = i, 0
-        size += n
-    if job["tests"]:
-        units.append((job, first, len(job["tests"])))
-    return units
+def stdio_units(job: dict) -> list[tuple[dict, int, int]]:
+    """A stdio job's tests, each in a process of its own: a test's input exists only in its own process (the
+    others' are never opened there), nothing the program started during a test (a thread, a process) outlives it,
+    and no test's time limit can lend its time to another's."""
+    return [(job, i, i + 1) for i in range(len(job["tests"]))]
 
 
 def stdin_files(job: dict, start: int, end: int, opened: list[int]) -> list[int]:

@@ -39,7 +39,6 @@ except ImportError:  # in the jail: top-level modules beside forkserver.py
     from judge_stand_ins import ProgramFailed, Remote, RemoteMeta, describe_exception
 
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
-AHEAD_MOST, AHEAD_BYTES = 256, 1 << 20  # calls sent ahead at once, and the size of their arguments
 # value types tests compare with and often use without importing them (they came with the reference solution's
 # imports): always the standard library's, whatever the program binds to these names
 _STDLIB_VALUES = {"Counter": "collections", "defaultdict": "collections", "OrderedDict": "collections",
@@ -69,7 +68,6 @@ class Judge:
         self.job, self.program, self.out, self.leave = job, program, verdicts, leave
         self.kept: dict[str, object] = {}  # the program's functions and classes, fetched once per job
         self.target = None  # the function a call-based job calls
-        self.ahead_until = 0  # the tests before it had their call sent ahead (or were found to have none to send)
         self.strained = False  # in place, something ran out of memory: this process is not reused
         program.decoder.plain_only = leave is not None
 
@@ -127,7 +125,6 @@ class Judge:
             self.say(f"E {why}")
             return "Z"
         self.say("D")
-        self.ahead_until = start
         for i in range(start, end):
             self.say(f"S {i}")
             try:
@@ -159,56 +156,15 @@ class Judge:
 
     def test(self, i: int, start: int, end: int) -> tuple[bool, str]:
         """Test i: (passed, detail), or an exception. In place, NotPlain (nothing consumed that the forked
-        process cannot take up again) for what cannot be judged there."""
+        process cannot take up again) for what cannot be judged there. A test's calls reach the program one at a
+        time, each when the one before it has returned: the program never sees a later test's call (or its
+        arguments) before it has answered the calls before it."""
         if self.job["mode"] == "calls":
             if self.target is None:
                 self.target = self.call_target()
-            if i >= self.ahead_until:
-                self.ahead_until = i + self.send_ahead(self.planned_cases(self.target, i, end))
             return self.call_test(self.target, self.job["cases"][i])
-        if i >= self.ahead_until:
-            self.ahead_until = i + self.send_ahead(self.planned(start, i, end))
         compiled = self.job["compiled"][i - start]
         return self.literal_test(compiled) if self.in_place else self.assert_test(compiled)
-
-    def planned(self, start: int, i: int, end: int) -> list:
-        """The calls of tests i, i+1, ... up to the first test that is not one call of the program's function
-        with literals (call_of), or whose name means something else to a test: (stand-in, args, kwargs) each."""
-        out = []
-        for compiled in self.job["compiled"][i - start:min(end, i + AHEAD_MOST) - start]:
-            call = compiled[2] if compiled is not None else None
-            if call is None or self.shadowed(call[0]):
-                break
-            try:
-                fn = self.resolve(call[0], False)
-            except NameError:  # (NotPlain, in place: out of place from here, where this test is planned again)
-                break
-            if not isinstance(fn, Remote):
-                break
-            out.append((fn, call[1], call[2]))
-        return out
-
-    def planned_cases(self, target, i: int, end: int) -> list:
-        """Call-based cases i, i+1, ... as calls of `target` (up to the first malformed case)."""
-        out = []
-        for case in self.job["cases"][i:end]:
-            if not isinstance(case, (list, tuple)) or len(case) != 2:
-                break
-            out.append((target, _call_args(case[0]), {}))
-        return out
-
-    def send_ahead(self, calls: list) -> int:
-        """Send `calls` ((stand-in, args, kwargs) each) ahead of their tests when there are two or more; how many
-        tests from here on this settles (at least 1: each test's call is sent ahead at most once)."""
-        batch = []
-        for fn, args, kwargs in calls[:AHEAD_MOST]:
-            h = Remote._grpo_handle_of(fn) if isinstance(fn, Remote) else None
-            if h is None:
-                break
-            batch.append((h, args, kwargs))
-        if len(batch) < 2:
-            return 1
-        return max(1, self.program.send_ahead(batch, AHEAD_BYTES))
 
     def literal_test(self, compiled):
         """In place: a test that is one call of the program's function with literals and a check of its value

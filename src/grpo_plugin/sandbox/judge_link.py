@@ -1,8 +1,8 @@
 """The judge's connection to its program's process (judge process; standard library only: it runs inside the
-jail): requests (`get`, `call`, `attr`, `op`, ...) and their replies, calls sent ahead of their tests, callbacks into
-what a test passed the program, the arguments a call changed in place. Every byte from the program's process is
-untrusted: a reply is decoded by codec.Decoder under the job's byte budget, into values and stand-ins
-(judge_stand_ins.py)."""
+jail): requests (`get`, `call`, `attr`, `op`, ...) and their replies, one at a time (a request goes out when the one
+before it has been answered), callbacks into what a test passed the program, the arguments a call changed in place.
+Every byte from the program's process is untrusted: a reply is decoded by codec.Decoder under the job's byte
+budget, into values and stand-ins (judge_stand_ins.py)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ class Program:
         self.first_word = None  # the program's process's first message (first)
         self.deferred: dict[str, object] = {}  # the same, still as sent: not plain (decoded when first asked)
         self.asked = False  # a request other than `get` went out: the program may have rebound its names
-        # calls sent ahead (send_ahead), in order: [handle, number of arguments, keyword names, reply or None]
-        self.ahead: collections.deque = collections.deque()
+        # in place, the reply to a call that was not plain: [handle, number of arguments, keyword names, reply],
+        # taken by the same call out of place
+        self.stashed_call: list | None = None
 
     # -- requests
     def request(self, *req):
@@ -44,8 +45,6 @@ class Program:
 
     def exchange(self, *req) -> tuple:
         """Send `req`, read its reply: (kind, payload)."""
-        if self.ahead:  # replies to calls sent ahead come first on the connection: read them before asking more
-            self.drain_ahead()
         if req[0] != "get":
             self.asked = True
         self.send(req)
@@ -58,50 +57,14 @@ class Program:
         except OSError as exc:
             raise ProgramFailed(f"the program's process is gone ({exc.strerror})") from None
 
-    def send_ahead(self, calls: list, most_bytes: int) -> int:
-        """Send `calls` ([handle, args, kwargs] each, in the order the tests make them; as many as fit in
-        `most_bytes`) in one request: the program's process runs them one after the other, replying to each as it
-        ends, without waiting for the next request; `call` then takes each reply in turn instead of a round trip.
-        It stops early (and says so) after a call whose reply refers to an object it keeps (the test might ask
-        that object more, and must find it as the call left it) or that raised an exception of its own kind; the
-        calls it skipped are asked again one at a time when the tests make them. Returns how many were sent (none
-        when fewer than two fit)."""
-        parts, size = [], 0
-        for h, a, k in calls:
-            part = wire.dumps([h, self.encoder.tree(list(a)), self.encoder.tree(dict(k))])
-            size += len(part) + 1
-            if size > most_bytes:
-                break
-            parts.append(part)
-        if len(parts) < 2:  # not worth it
-            return 0
-        self.asked = True
-        self.send(None, '["calls",[' + ",".join(parts) + "]]")
-        self.ahead.extend([h, len(a), tuple(k), None] for h, a, k in calls[:len(parts)])
-        return len(parts)
-
-    def drain_ahead(self) -> None:
-        """Read the replies still due to calls sent ahead (the program has run, or is running, those calls), kept
-        for `call`; calls after one where the program stopped running ahead are forgotten."""
-        read = collections.deque()
-        while self.ahead:
-            entry = self.ahead.popleft()
-            read.append(entry)
-            if entry[3] is None:
-                kind, payload, more = self.read()
-                entry[3] = (kind, payload)
-                if not more:
-                    break
-        self.ahead = read
-
     def read(self) -> tuple:
-        """The next reply: (kind, payload, whether the program goes on running calls sent ahead). Callbacks the
-        program makes meanwhile (it calls a function or iterator the test passed it) are run here first."""
-        kind, payload, more = self.read_one()
+        """The next reply: (kind, payload). Callbacks the program makes meanwhile (it calls a function or iterator
+        the test passed it) are run here first."""
+        kind, payload = self.read_one()
         while kind == "cb":
             self.callback(payload)
-            kind, payload, more = self.read_one()
-        return kind, payload, more
+            kind, payload = self.read_one()
+        return kind, payload
 
     def callback(self, payload) -> None:
         """Run what the test passed into the program, as the program asks (`f(x)`, `next(it)`), and answer."""
@@ -147,10 +110,10 @@ class Program:
             raise ProgramFailed("the program's process ended")
         self.decoder.charge(len(data))
         try:
-            kind, payload, *more = json.loads(data.decode())
+            kind, payload = json.loads(data.decode())
         except (ValueError, TypeError) as exc:
             raise ProgramFailed(f"an unreadable reply ({type(exc).__name__})") from None
-        return kind, payload, more == [True]
+        return kind, payload
 
     def first(self):
         """The program's process's first word: None (ready), or why the program did not run to its end. (In place,
@@ -222,17 +185,11 @@ class Program:
         return payload
 
     def call(self, handle: int, args: tuple, kwargs: dict):
-        if self.ahead:
-            h, n, keys, got = self.ahead.popleft()
+        if self.stashed_call is not None:
+            h, n, keys, (kind, tree) = self.stashed_call
+            self.stashed_call = None
             if h != handle or n != len(args) or keys != tuple(kwargs):
-                self.ahead.clear()
-                raise ProgramFailed("a call other than the one sent ahead")
-            if got is None:
-                kind, tree, more = self.read()
-                if not more:
-                    self.ahead.clear()
-            else:
-                kind, tree = got
+                raise ProgramFailed("a call other than the one answered in place")
         else:
             kind, tree = self.exchange("call", handle, self.encoder.tree(list(args)), self.encoder.tree(dict(kwargs)))
         try:
@@ -242,8 +199,8 @@ class Program:
                 ret, after = self.value(tree)
             finally:
                 self.decoder.function = self.stand_ins.function
-        except codec.NotPlain:  # the reply stays, as if sent ahead: the job's forked process takes it from here
-            self.ahead.appendleft([handle, len(args), tuple(kwargs), (kind, tree)])
+        except codec.NotPlain:  # the reply stays: the job's forked process takes it from here
+            self.stashed_call = [handle, len(args), tuple(kwargs), (kind, tree)]
             raise
         if not isinstance(after, list) or len(after) != len(args):
             raise ProgramFailed("an unreadable reply (arguments)")

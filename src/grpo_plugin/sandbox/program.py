@@ -73,10 +73,8 @@ class Service:
         self.encoder = codec.Encoder(self.handle, self.describe, _JudgeObject.tree)
         self.decoder = codec.Decoder(self.lookup, self.klass, 1 << 62, self.judge_object)
         self.nt_classes: dict = {}
-        self.handed = False  # a reply referred to an object kept here
 
     def handle(self, obj) -> int:
-        self.handed = True
         h = self.handles.get(id(obj))
         if h is None:
             h = self.handles[id(obj)] = len(self.objects)
@@ -163,40 +161,21 @@ class Service:
     def reply(self, kind: str, payload, *more) -> None:
         wire.send(self.fd, wire.dumps([kind, payload, *more]).encode())
 
-    def error(self, exc: BaseException, ahead: bool = False) -> bool:
-        """Reply with `exc`; `ahead` (a call sent ahead): the reply also says whether the next call is run, which
-        it is only for a built-in exception whose arguments refer to nothing kept here. Returns that."""
+    def error(self, exc: BaseException) -> None:
+        """Reply with `exc`: its class, message and arguments (an exception of a kind not built in stays here too:
+        the judge asks it for its fields, its str, ...)."""
         try:
             msg = str(exc)[:1000]
         except BaseException:  # noqa: BLE001 - the program's __str__
             msg = ""
-        self.handed = False
         try:
             args = self.encoder.tree(list(exc.args))
-            plain = not self.handed
         except BaseException:  # noqa: BLE001
-            args, plain = ["L"], False
-        more = plain and type(exc).__module__ == "builtins"
+            args = ["L"]
         payload = [self.describe(type(exc)), msg, args]
-        if type(exc).__module__ != "builtins":  # kept here: the judge asks it for its fields, its str, ...
+        if type(exc).__module__ != "builtins":
             payload.append(self.handle(exc))
-        self.reply("err", payload, *((more,) if ahead else ()))
-        return more
-
-    def calls(self, calls: list) -> None:
-        """Calls sent ahead: each run and answered in turn, with whether the next one is run too (not after a
-        reply that refers to an object kept here, or an exception of a kind not built in: the judge may ask
-        about those, and must find them as this call left them)."""
-        for h, a, k in calls:
-            self.handed = False
-            try:
-                tree = self.call(self.objects[h], a, k)
-                more = not self.handed
-                self.reply("ok", tree, more)
-            except BaseException as exc:  # noqa: BLE001 - reported to the judge, which raises it in the test
-                more = self.error(exc, ahead=True)
-            if not more:
-                return
+        self.reply("err", payload)
 
     def call(self, fn, a, k):
         args, kwargs = self.decoder.value(a), self.decoder.value(k)
@@ -224,8 +203,6 @@ class Service:
                 self.reply("ok", self.encoder.tree(self.ns[req[1]]))
             elif op == "call":
                 self.reply("ok", self.call(self.objects[req[1]], req[2], req[3]))
-            elif op == "calls":
-                self.calls(req[1])
             elif op == "attr":
                 self.reply("ok", self.encoder.tree(getattr(self.objects[req[1]], req[2])))
             elif op == "setattr":
@@ -440,10 +417,8 @@ def warm_up(scratch: str) -> list[str]:
         f, box = ask("get", "f")[1], ask("get", "Box")[1]["h"]  # ["O", handle, class], ["K", class]
         for k in range(12):  # runs enough for the interpreter to specialise what they execute
             ask("call", f, enc([[1, 2, k], k]), enc({"name": "b"}))
-        for _ in range(2):  # calls sent ahead (judge.Program.send_ahead): one request, a reply per call
-            service.answer(wire.dumps(["calls", [[f, enc([[1.5, 2.5], k]), enc({})] for k in range(8)]]).encode())
-            for _ in range(8):
-                kinds.append(json.loads(answers.recv(1 << 20).decode())[0])
+        for k in range(16):  # floats too
+            ask("call", f, enc([[1.5, 2.5], k]), enc({}))
         obj = ask("call", box, enc([[1, 2]]), enc({}))[1][1]  # ["L", ["O", handle, class], arguments after]
         ask("call", ask("attr", obj, "total")[1], enc([]), enc({}))
         ask("state", obj)
@@ -470,69 +445,63 @@ def _flush() -> None:
 
 
 # ---- stdin/stdout runs ----------------------------------------------------------------------------------------
-def run_stdio(code, start: int, end: int, nonce: str, inputs: list[int]) -> None:
-    """Tests [start, end) one after the other, each a fresh `__main__` with its own input on fd 0 (a memory file
-    the fork server wrote), ending as the interpreter would (non-daemon threads joined, atexit, flush); after each,
-    `NUL nonce T|F i ...` on stdout so the fork server splits the output per test. What this reports is the
+def run_stdio(code, i: int, nonce: str, input_fd: int) -> None:
+    """Test i, the only one this process runs: the program as `__main__` with the test's input on fd 0 (a memory file
+    the fork server wrote; no other test's input exists here), ending as the interpreter would (non-daemon threads
+    joined, atexit, streams flushed, then its objects finalised: a file it opened on fd 1 flushes as at exit); then
+    `NUL nonce T|F i ...` on the stdout pipe so the fork server knows the test's output is whole. The process ends
+    here, and with it (its PID namespace) every thread and process the program started. What this reports is the
     program's own behaviour (the output is compared in the trainer): a program could forge a normal end only for
     itself, as it could by catching its own exceptions."""
-    write, exit_, dup2, close, gc_collect = os.write, os._exit, os.dup2, os.close, gc.collect
-    std_out, std_err = sys.stdout, sys.stderr
-    enc, errs = sys.stdin.encoding if sys.stdin else "utf-8", "strict"
     mark = f"\0{nonce} "
+    status_fd = os.dup(1)  # the status line's way out, also where the program closed fd 1 (`with open(1, 'w')`)
 
     def word(text) -> str:
         return "".join(str(text).split())[:80] or "?"
 
-    def like_exit():
-        th = sys.modules.get("threading")
-        if th is not None:
-            main = th.main_thread()
-            for t in th.enumerate():
-                if t is not main and not t.daemon:
-                    t.join()
-        atexit._run_exitfuncs()
-        atexit._clear()
-        _flush()
-
-    for i in range(start, end):
-        status = f"T {i}"
-        if i > start:  # the last test's objects go before the next input takes fd 0: a file it opened on fd 0
-            sys.modules.pop("__main__", None)  # (`input = open(0).readline`) closes its own input, not the next
-            main = None  # noqa: F841 - the last reference to it here
-            sys.stdin = sys.__stdin__ = None  # and `sys.stdin = open(0)`'s
-            gc_collect()
+    status = f"T {i}"
+    try:
+        os.dup2(input_fd, 0)
+        os.close(input_fd)
+        # as CPython opens stdin on Linux: no newline translation (a "\r\n" input keeps its "\r")
+        sys.stdin = sys.__stdin__ = open(0, encoding=sys.stdin.encoding if sys.stdin else "utf-8",  # noqa: SIM115
+                                         errors="strict", closefd=False, newline="\n")
+    except BaseException as exc:  # noqa: BLE001
+        status = f"F {i} no input ({word(type(exc).__name__)})"
+    else:
+        main = types.ModuleType("__main__")
+        main.__file__ = "solution.py"
+        sys.modules["__main__"] = main
         try:
-            dup2(inputs[i - start], 0)
-            close(inputs[i - start])
-            # as CPython opens stdin on Linux: no newline translation (a "\r\n" input keeps its "\r")
-            sys.stdin = sys.__stdin__ = open(0, encoding=enc, errors=errs, closefd=False,  # noqa: SIM115
-                                             newline="\n")
-            sys.stdout, sys.__stdout__, sys.stderr, sys.__stderr__ = std_out, std_out, std_err, std_err
-        except BaseException as exc:  # noqa: BLE001 - an earlier test closed its input
-            status = f"F {i} no input ({word(type(exc).__name__)})"
-        else:
-            main = types.ModuleType("__main__")
-            main.__file__ = "solution.py"
-            sys.modules["__main__"] = main
-            try:
-                exec(code, main.__dict__)  # noqa: S102
-            except SystemExit as exc:
-                if exc.code is not None and exc.code != 0:
-                    status = f"F {i} exit status {word(exc.code)}"
-            except BaseException as exc:  # noqa: BLE001
-                status = f"F {i} the program raised {word(type(exc).__name__)}"
-            try:
-                like_exit()
-            except BaseException:  # noqa: BLE001 - as at exit: reported on stderr by Python, not a failure
-                pass
+            exec(code, main.__dict__)  # noqa: S102
+        except SystemExit as exc:
+            if exc.code is not None and exc.code != 0:
+                status = f"F {i} exit status {word(exc.code)}"
+        except BaseException as exc:  # noqa: BLE001
+            status = f"F {i} the program raised {word(type(exc).__name__)}"
         try:
-            std_out.flush()
-            std_err.flush()
-        except BaseException:  # noqa: BLE001
+            _like_exit(main)
+        except BaseException:  # noqa: BLE001 - as at exit: reported on stderr by Python, not a failure
             pass
-        try:
-            write(1, f"{mark}{status}\n".encode())
-        except BaseException:  # noqa: BLE001 - the program closed or replaced fd 1: this test ends the child
-            exit_(70)
-    exit_(0)
+    try:
+        os.write(status_fd, f"{mark}{status}\n".encode())
+    except BaseException:  # noqa: BLE001 - the program closed or replaced the pipe: its run ends without a status
+        os._exit(70)
+    os._exit(0)
+
+
+def _like_exit(main) -> None:
+    """What the interpreter does at exit, in its order: non-daemon threads joined, atexit functions, the standard
+    streams flushed, then the modules' objects finalised (a file the program opened on fd 1 and never closed
+    writes what it holds)."""
+    th = sys.modules.get("threading")
+    if th is not None:
+        current = th.main_thread()
+        for t in th.enumerate():
+            if t is not current and not t.daemon:
+                t.join()
+    atexit._run_exitfuncs()
+    _flush()
+    main.__dict__.clear()
+    gc.collect()
+    _flush()
