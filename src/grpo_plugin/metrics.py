@@ -248,10 +248,12 @@ def report(output_dir: str | Path) -> str:
         *([f"  agent: {a['turns_mean']:.2f} model turns per rollout · model tokens {a['model_tokens']}"
            f" · environment tokens {a['env_tokens']} (not trained) · truncated {a['truncated']}"
            f" · of unknown origin {a['unknown_origin_tokens']}"] if (a := s.get("agent")) else []),
-        *([f"  tools: {a['tool_calls']} calls, {a['tool_failures']} failed · rollouts calling a tool"
+        *([f"  tools: {a['tool_calls']} calls, {a['tool_failures']} failed"
+           f" ({a.get('tool_raised', 0)} raised, {a.get('tool_timeouts', 0)} timed out)"
+           f" · results left out for the budget {a.get('tool_results_dropped', 0)} · rollouts calling a tool"
            f" {a['tool_call_rate_first_20pct']:.0%} (first 20% of steps) → {a['tool_call_rate_last_20pct']:.0%}"
-           f" (last 20%) · " + ", ".join(f"{t} {v['calls']} ({v['failures']} failed)"
-                                         for t, v in a["per_tool"].items())]
+           f" (last 20%) · " + ", ".join(f"{t} {v['calls']} ({v['failures']} failed: {v.get('raised', 0)} raised,"
+                                         f" {v.get('timeouts', 0)} timed out)" for t, v in a["per_tool"].items())]
           if (a := s.get("agent")) and "tool_calls" in a else []),
         *(["  eval reward: " + " → ".join(f"{f(e.get('reward'), '.3f')} (step {e['step']})" for e in s["eval"])]
           if s.get("eval") else []),

@@ -222,7 +222,8 @@ def agent_summary(records: list[dict]) -> dict:
 
 
 def tool_summary(steps: list[dict]) -> dict:
-    """A tool-calling run's figures (agents/tool_loop.py): calls and failures in all and per tool, and the share of
+    """A tool-calling run's figures (agents/tool_loop.py): calls and failures in all and per tool (of which raised
+    and timed out), tool results left out for the budget, and the share of
     rollouts that called a tool, over the first and the last fifth of the steps (nothing for other agent runs)."""
     steps = [r for r in steps if r.get("agent_tool_call_rate") is not None]
     if not steps:
@@ -232,10 +233,13 @@ def tool_summary(steps: list[dict]) -> dict:
     return {
         "tool_calls": sum(r["agent_tool_calls"] for r in steps),
         "tool_failures": sum(r["agent_tool_failures"] for r in steps),
+        "tool_raised": sum(r.get("agent_tool_raised", 0) for r in steps),
+        "tool_timeouts": sum(r.get("agent_tool_timeouts", 0) for r in steps),
+        "tool_results_dropped": sum(r.get("agent_tool_results_dropped", 0) for r in steps),
         "tool_call_rate_first_20pct": round(sum(r["agent_tool_call_rate"] for r in steps[:fifth]) / fifth, 4),
         "tool_call_rate_last_20pct": round(sum(r["agent_tool_call_rate"] for r in steps[-fifth:]) / fifth, 4),
-        "per_tool": {t: {"calls": sum(r.get(f"agent_tool/{t}/calls", 0) for r in steps),
-                         "failures": sum(r.get(f"agent_tool/{t}/failures", 0) for r in steps)} for t in tools},
+        "per_tool": {t: {k: sum(r.get(f"agent_tool/{t}/{k}", 0) for r in steps)
+                         for k in ("calls", "failures", "raised", "timeouts")} for t in tools},
     }
 
 

@@ -32,6 +32,8 @@ from trl import GRPOTrainer
 
 from grpo_plugin.agents.attach import attach as attach_agents
 from grpo_plugin.agents.attach import environment_rewards
+from grpo_plugin.agents.environments import lent, release
+from grpo_plugin.agents.evaluation import AgentEvaluation
 from grpo_plugin.atropos.fetcher import AtroposTimeout
 from grpo_plugin.checkpoints import save_after_failure
 from grpo_plugin.compat.host import host
@@ -106,7 +108,8 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         return PromptSeeds(self.args.seed, self.accelerator.process_index) if self.grpo.seeded_sampling else None
 
     def _create_data_producer(self, args, train_dataset):
-        attach_agents(self, self.grpo, self.grpo_environments)  # grpo.tools / environment_factory: the tool loop
+        # grpo.tools / environment_factory: the tool loop, for training and for evaluation
+        self.agent_evaluation = AgentEvaluation(attach_agents(self, self.grpo, self.grpo_environments))
         tok = self.processing_class
         spec = GenerationSpec(
             client=self.sync.client, gate=self.sync.gate, guard=self.sync.guard, tokenizer=tok,
@@ -133,11 +136,13 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
     def _compute_deferred_scores(self, rollout: dict) -> dict:
         if self.sync.must_resample(record_of(rollout).policy_version):
             # sampled with the version whose verification the lost server never answered: sample it again
+            release(record_of(rollout).environments)  # never scored: its environments go back to the pool
             rollout = self.data_producer.produce(self.model, self.state.global_step,
                                                  processing_class=self.processing_class,
                                                  accelerator=self.accelerator, args=self.args)._data
         self.recorder.took(record_of(rollout), self.sync.synced_version)  # taken for training now (main thread)
-        with self.scoring.rows_of(rollout):
+        # the reward functions get the rollout's environment instances (TRL's environments=) while it is scored
+        with self.scoring.rows_of(rollout), lent(self, record_of(rollout).environments):
             scored = super()._compute_deferred_scores(rollout)
         self.reward_log.correct(self._metrics)
         if "tool_mask" in scored:  # a multi-turn rollout: lengths and token count over the model's tokens (TRL's)
@@ -145,6 +150,14 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
                                  [self.eos_token_id, self.pad_token_id])
         del scored[ROLLOUT_KEY]  # read by _post_advantage_hook; no micro-batch carries it
         return scored
+
+    def _generate_and_score_completions(self, inputs):
+        """Evaluation only (training rollouts come from the producers): a tool loop gets the batch's rows."""
+        with self.agent_evaluation.batch(self, inputs):
+            return super()._generate_and_score_completions(inputs)
+
+    def _generate(self, prompts):
+        return self.agent_evaluation.generated(prompts, super()._generate(prompts))
 
     def _post_advantage_hook(self, data, rewards_per_func, advantages, inputs, num_generations, mode,
                              *args, **kwargs):

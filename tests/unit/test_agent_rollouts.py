@@ -168,7 +168,7 @@ def test_a_raising_function_is_an_error_naming_it_and_a_lost_server_is_the_guard
     from grpo_plugin.server.client import ServerError, ServerLost
 
     p = producer()
-    p.name, p.rollout_timeout, p._trainer = "my.agent", 5, SimpleNamespace(num_generations=2)
+    p.name, p.rollout_timeout, p._trainer = "trl.rollout_func my.agent", 5, SimpleNamespace(num_generations=2)
     p.spec.client = SimpleNamespace(healthy=lambda: True)
 
     def raises(prompts, trainer):

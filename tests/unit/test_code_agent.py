@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from grpo_plugin.agents.environments import REWARD_FIELD, EnvironmentSet
-from grpo_plugin.producers.agent_output import COMPLETIONS_KEY
+from grpo_plugin.agents.environments import EnvironmentSet, reward_function
+from grpo_plugin.producers.agent_output import COMPLETIONS_KEY, ENVIRONMENTS_KEY
 from grpo_plugin.tiny import build_tokenizer
 from rewards import code_agent_transform
 from rewards.code_agent import CodeAgent
@@ -59,7 +59,8 @@ def test_the_model_runs_a_wrong_program_reads_why_fixes_it_and_is_rewarded_on_th
     assert "AssertionError" in replies[0]
     assert replies[1] == "1 of 1 example tests passed."
     assert out["tool_calls"] == [2] and out["turns"] == [3]
-    assert out[REWARD_FIELD] == [("CodeAgent", 1.0)]  # the last program run, on the hidden tests
+    # the last program run, on the hidden tests, when the rollout is scored (its own instance, held until then)
+    assert reward_function(CodeAgent)(environments=out[ENVIRONMENTS_KEY].instances) == [1.0]
 
 
 def test_a_program_that_looks_for_the_hidden_tests_finds_none(tok, row):
@@ -99,7 +100,7 @@ def add(a, b):
     tools_said = json.dumps([m for m in out[COMPLETIONS_KEY][0] if m["role"] == "tool"])
     for hidden in HIDDEN:  # not in anything a tool said (the program's own text is the model's)
         assert hidden not in tools_said and "123456789" not in tools_said
-    assert out[REWARD_FIELD] == [("CodeAgent", 1.0)]
+    assert reward_function(CodeAgent)(environments=out[ENVIRONMENTS_KEY].instances) == [1.0]
     # the search itself works: run outside the sandbox, the same program finds the dataset's hidden tests
     plain = subprocess.run([sys.executable, "-c", snoop], capture_output=True, text=True, timeout=60)
     assert "FOUND in " in plain.stderr and "dataset" in plain.stderr, plain.stderr[-2000:]

@@ -12,9 +12,15 @@ from types import SimpleNamespace
 import pytest
 
 from grpo_plugin.agents.chat_format import MALFORMED, parse_turn, tool_suffix_ids
-from grpo_plugin.agents.environments import REWARD_FIELD, EnvironmentSet, reward_function
+from grpo_plugin.agents.environments import AgentFault, EnvironmentSet, reward_function
 from grpo_plugin.agents.tool_loop import ToolLoop
-from grpo_plugin.producers.agent_output import COMPLETIONS_KEY, METRICS_KEY, PROMPTS_KEY, check_output
+from grpo_plugin.producers.agent_output import (
+    COMPLETIONS_KEY,
+    ENVIRONMENTS_KEY,
+    METRICS_KEY,
+    PROMPTS_KEY,
+    check_output,
+)
 from grpo_plugin.server.client import Completion
 from grpo_plugin.tiny import build_tokenizer
 from grpo_plugin.tiny_tools import TOOL_CALL
@@ -192,8 +198,11 @@ def test_a_hanging_tool_times_out_and_its_environment_is_not_used_again(tok):
     assert time.monotonic() - t0 < 10
     said = out[COMPLETIONS_KEY][0]
     assert "did not return within 0.3 s" in said[1]["content"] and out["tool_failures"] == [1]
-    assert out[METRICS_KEY]["agent_tool/wait/failures"] == 1
-    assert out[REWARD_FIELD] == [None]  # its get_reward() is not read (it would wait on the hung call)
+    assert out[METRICS_KEY]["agent_tool/wait/failures"] == 1 and out[METRICS_KEY]["agent_tool/wait/timeouts"] == 1
+    assert out[METRICS_KEY]["agent_tool/wait/raised"] == 0 and out[METRICS_KEY]["agent_tool_timeouts"] == 1
+    out[ENVIRONMENTS_KEY].release()  # scored
+    # its get_reward() is not read (it would wait on the hung call)
+    assert reward_function(Sleepy, envs)(environments=out[ENVIRONMENTS_KEY].instances) == [None]
     loop(environments=envs)([PROMPT], trainer(tok, Script(tok, [["2<|im_end|>"]])))
     assert Sleepy.built == 2  # the hung instance was dropped, a new one built
 
@@ -266,10 +275,21 @@ def test_environments_reset_by_row_serve_their_tools_and_carry_their_reward(tok)
     assert "tools: seven lookup" in tok.decode(out["prompt_ids"][0])
     assert "tools: seven<" in tok.decode(out["prompt_ids"][2])  # a plain row sees the standalone tool only
     assert [m["content"] for m in out[COMPLETIONS_KEY][0] if m["role"] == "tool"] == ["4"]
-    assert out[REWARD_FIELD] == [("Vault", 1.0), ("Vault", 0.25), None]
-    column = reward_function(Vault)
+    column = reward_function(Vault, envs)
     assert column.__name__ == "Vault"
-    assert column(prompts=None, completions=[None] * 3, **{REWARD_FIELD: out[REWARD_FIELD]}) == [1.0, 0.25, None]
+    # TRL's contract: the rollout's own instances, in row order, as `environments=`
+    held = out[ENVIRONMENTS_KEY]
+    assert [type(e) for e in held.instances] == [Vault, Vault, Plain]
+    assert column(environments=held.instances, prompts=[PROMPT] * 3, completions=[None] * 3) == [1.0, 0.25, None]
+    # held until scored: a rollout made before this one is scored gets instances of its own, not these
+    again = loop(environments=envs)([PROMPT], trainer(tok, Script(tok, [["1<|im_end|>"]])),
+                                    [{"prompt": PROMPT, "environment": "vault", "secret": "2"}])
+    assert not any(e is again[ENVIRONMENTS_KEY].instances[0] for e in held.instances)
+    assert held.instances[0].secret == "4" and held.instances[0].looked  # not reset by the later rollout
+    held.release()
+    held.release()  # once
+    pooled = [e for v in envs._free.values() for e in v]  # back in the pool: these three (the later one is held)
+    assert len(pooled) == 3 and all(any(e is h for h in held.instances) for e in pooled)
     with pytest.raises(ValueError, match="environment 'nope' is not one of"):
         loop(environments=envs)([PROMPT], trainer(tok, Script(tok, [["1"]])), [{"prompt": PROMPT,
                                                                               "environment": "nope"}])

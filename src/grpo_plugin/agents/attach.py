@@ -30,7 +30,7 @@ def environment_rewards(settings, trainer_args: tuple, trainer_kwargs: dict) -> 
     factories = ({name: import_callable(path) for name, path in factory.items()} if isinstance(factory, dict)
                  else {None: import_callable(factory)})
     environments = EnvironmentSet(factories, _tools(settings))
-    columns = [reward_function(t) for t in environments.reward_types]
+    columns = [reward_function(t, environments) for t in environments.reward_types]
     if columns:
         funcs = trainer_kwargs.get("reward_funcs") or []
         trainer_kwargs["reward_funcs"] = [*(funcs if isinstance(funcs, list) else [funcs]), *columns]

@@ -4,8 +4,12 @@
 
 Instances are built once and reused (reset each time): a batch takes what it needs from the pool, the pool grows
 when a batch needs more, and an instance whose tool call hung is dropped (its method may still be running).
-`get_reward()` is read when the rollout ends and travels with the row, so a reward computed later (deferred
-scoring, a prefetched batch) reads the rollout's own state, not a reused instance's.
+A rollout's instances stay its own until its rewards are computed (`Held`: the reward functions get them as
+`environments=`, in row order, as TRL passes them; an environment's `get_reward()` is read then), and go back to
+the pool after that, so a prefetched rollout never resets an instance a rollout waiting to be scored still holds.
+
+A fault in an environment's own code (`reset`, `get_reward`) stops the run with an `AgentFault` naming the class,
+the method and the row.
 """
 
 from __future__ import annotations
@@ -13,9 +17,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from grpo_plugin.producers.agent_output import RolloutFuncError, prompt_row, row_label
 
 NOT_TOOLS = ("reset", "get_reward")
-REWARD_FIELD = "environment_reward"  # per row: (environment class name, get_reward()'s value) or None
+
+
+class AgentFault(RolloutFuncError):
+    """An environment's or a tool's own code failed where the run cannot go on (reset, get_reward): names the
+    class, the method and the row."""
 
 
 def environment_tools(instance) -> list:
@@ -30,6 +42,27 @@ def tool_table(tools: list, instance) -> dict:
     return {t.__name__: t for t in list(tools) + (environment_tools(instance) if instance is not None else [])}
 
 
+def _awaited(value):
+    return asyncio.run(value) if inspect.iscoroutine(value) else value
+
+
+@dataclass
+class Held:
+    """A rollout's environment instances (one per row, None for a row without one), held until its rewards are
+    computed; `release()` (once, from any thread) gives them back to the pool."""
+
+    owner: EnvironmentSet
+    names: list
+    instances: list
+    hung: list[bool]
+    _released: bool = field(default=False, repr=False)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.owner.give_back(self.names, self.instances, self.hung)
+
+
 class EnvironmentSet:
     """The run's environments by name (`None`: the one unnamed environment) and the tools every rollout has."""
 
@@ -38,6 +71,8 @@ class EnvironmentSet:
         self.named = None not in self.factories
         self._free: dict = {}
         self._lock = threading.Lock()
+        self._hung: list = []  # instances whose tool call hung (kept: their ids must stay theirs)
+        self._hung_ids: set[int] = set()
         self.schemas: dict = {}  # name -> the tools the chat template shows a rollout of that environment
         self.reward_types: list[type] = []  # classes with get_reward, once each (their reward columns)
         for name, factory in self.factories.items():
@@ -47,13 +82,18 @@ class EnvironmentSet:
             if callable(getattr(instance, "get_reward", None)) and type(instance) not in self.reward_types:
                 self.reward_types.append(type(instance))
 
-    @staticmethod
-    def _build(name, factory):
-        instance = factory()
+    def where(self, name) -> str:
+        return f"grpo.environment_factory[{name!r}]" if name is not None else "grpo.environment_factory"
+
+    def _build(self, name, factory):
+        try:
+            instance = factory()
+        except Exception as exc:
+            raise AgentFault(f"{self.where(name)}: building {getattr(factory, '__qualname__', factory)!s}() raised "
+                             f"{type(exc).__name__}: {exc}") from exc
         if not callable(getattr(instance, "reset", None)):
-            where = f"grpo.environment_factory[{name!r}]" if name is not None else "grpo.environment_factory"
-            raise ValueError(f"{where}: {type(instance).__name__} has no reset() method; an environment needs "
-                             "reset(**row) (its public methods are the tools, get_reward() is optional)")
+            raise ValueError(f"{self.where(name)}: {type(instance).__name__} has no reset() method; an environment "
+                             "needs reset(**row) (its public methods are the tools, get_reward() is optional)")
         return instance
 
     def name_of(self, row: dict, i: int):
@@ -65,28 +105,39 @@ class EnvironmentSet:
                              f"({', '.join(map(repr, self.factories))}); each row's `environment` column names one")
         return name
 
-    def take(self, names: list) -> list:
-        """One free instance per row (built when the pool has none)."""
+    def take(self, names: list) -> Held:
+        """One free instance per row (built when the pool has none), held for the rollout."""
         out = []
         for name in names:
             with self._lock:
                 free = self._free[name]
                 instance = free.pop() if free else None
             out.append(instance if instance is not None else self._build(name, self.factories[name]))
-        return out
+        return Held(self, list(names), out, [False] * len(names))
 
     def give_back(self, names: list, instances: list, hung: list[bool]) -> None:
         with self._lock:
             for name, instance, bad in zip(names, instances, hung):
-                if not bad:
+                if bad:
+                    self._hung.append(instance)
+                    self._hung_ids.add(id(instance))
+                else:
                     self._free[name].append(instance)
 
-    @staticmethod
-    def reset(instance, row: dict, named: bool, messages: list[dict]) -> list[dict]:
+    def hung(self, instance) -> bool:
+        """Whether a tool call of this instance's never returned (its get_reward() may wait on it: not read)."""
+        return id(instance) in self._hung_ids
+
+    def reset(self, instance, row: dict, i: int, messages: list[dict]) -> list[dict]:
         """reset(**row) (without `environment` when it picks the environment); a returned observation is appended
         to the prompt's last message, as TRL does."""
-        kwargs = {k: v for k, v in row.items() if k != "environment"} if named else dict(row)
-        observation = instance.reset(**kwargs)
+        kwargs = {k: v for k, v in row.items() if k != "environment"} if self.named else dict(row)
+        try:
+            observation = _awaited(instance.reset(**kwargs))
+        except Exception as exc:
+            name = row.get("environment") if self.named else None
+            raise AgentFault(f"{self.where(name)}: {type(instance).__name__}.reset() raised {type(exc).__name__}: "
+                             f"{exc} on {prompt_row(i, messages)} (its columns: {sorted(kwargs)})") from exc
         if observation is None:
             return messages
         last = messages[-1]
@@ -97,24 +148,51 @@ class EnvironmentSet:
             observation = [{"type": "text", "text": observation}]
         return messages[:-1] + [{**last, "content": content + observation}]
 
-    def reward_of(self, instance):
-        """(class name, get_reward()) for an environment that owns its reward, else None."""
-        if type(instance) not in self.reward_types:
-            return None
-        value = instance.get_reward()
-        if inspect.iscoroutine(value):
-            value = asyncio.run(value)
-        return type(instance).__name__, value
 
-
-def reward_function(env_type: type):
-    """The reward column of one environment class with get_reward (TRL's: named after the class, weight 1): a
-    row of another environment gets None (not scored by it)."""
+def reward_function(env_type: type, environments: EnvironmentSet | None = None):
+    """The reward column of one environment class with get_reward (TRL's: named after the class, weight 1): each
+    row's own instance's `get_reward()` (the `environments=` TRL passes, in row order); a row of another
+    environment gets None (not scored by it), and so does one whose tool call hung."""
     name = env_type.__name__
 
-    def environment_reward(prompts=None, completions=None, **kwargs):
-        values = kwargs.get(REWARD_FIELD) or [None] * len(completions)
-        return [v[1] if isinstance(v, (tuple, list)) and v and v[0] == name else None for v in values]
+    def get_reward(environments=None, prompts=None, **kwargs):
+        if environments is None:
+            raise AgentFault(f"the {name} reward column got no environments: it is read while a rollout of "
+                             "grpo.environment_factory is scored")
+        out = []
+        for i, env in enumerate(environments):
+            if type(env) is not env_type or (owner is not None and owner.hung(env)):
+                out.append(None)
+                continue
+            try:
+                out.append(_awaited(env.get_reward()))
+            except Exception as exc:
+                where = row_label(prompts, i) if prompts is not None else f"row {i}"
+                raise AgentFault(f"grpo.environment_factory: {name}.get_reward() raised {type(exc).__name__}: {exc} "
+                                 f"on {where}") from exc
+        return out
 
-    environment_reward.__name__ = name
-    return environment_reward
+    owner = environments
+    get_reward.__name__ = get_reward.__qualname__ = name
+    return get_reward
+
+
+def release(held: Held | None) -> None:
+    """A rollout's instances back to the pool (a rollout never scored, or scored)."""
+    if held is not None:
+        held.release()
+
+
+@contextmanager
+def lent(trainer, held: Held | None):
+    """A rollout's instances as `trainer.environments` while its rewards are computed (TRL's `_calculate_rewards`
+    passes them to every reward function as `environments=`); back to the pool afterwards."""
+    if held is None:
+        yield
+        return
+    trainer.environments = held.instances
+    try:
+        yield
+    finally:
+        trainer.environments = None
+        held.release()

@@ -20,20 +20,24 @@ OUTCOMES = ("ok", "error", "unknown", "timeout", "malformed")
 
 
 class ToolStats:
-    """Calls per tool and outcome since the last `take()` (thread-safe)."""
+    """Calls per tool and outcome, and each tool's first error text, since the last `take()` (thread-safe)."""
 
     def __init__(self):
         self._counts: Counter = Counter()
+        self._first: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
-    def add(self, tool: str, outcome: str) -> None:
+    def add(self, tool: str, outcome: str, text: str | None = None) -> None:
         with self._lock:
             self._counts[(tool, outcome)] += 1
+            if text is not None:
+                self._first.setdefault((tool, outcome), text)
 
-    def take(self) -> Counter:
+    def take(self) -> tuple[Counter, dict[tuple[str, str], str]]:
+        """(calls per (tool, outcome), the first error text per (tool, outcome) that failed)."""
         with self._lock:
-            counts, self._counts = self._counts, Counter()
-        return counts
+            counts, first, self._counts, self._first = self._counts, self._first, Counter(), {}
+        return counts, first
 
 
 def _call(fn, arguments: dict, timeout: float):
@@ -57,27 +61,29 @@ class ToolRunner:
         """One row's calls in order -> (the tool messages, whether a call hung, how many failed)."""
         messages, hung, failed = [], False, 0
         if malformed:
-            stats.add(MALFORMED, "malformed")
+            stats.add(MALFORMED, "malformed", malformed)
             failed += 1
             messages.append(tool_message(MALFORMED, {"error": malformed}))
         for name, arguments in calls:
             fn = tools.get(name)
             if fn is None:  # counted under one label: the metrics' keys never hold what the model made up
-                stats.add(UNKNOWN, "unknown")
                 failed += 1
                 known = ", ".join(sorted(tools)) or "none"
-                messages.append(tool_message(name, {"error": f"Tool {name} not found (tools: {known})."}))
+                text = f"Tool {name} not found (tools: {known})."
+                stats.add(UNKNOWN, "unknown", text)
+                messages.append(tool_message(name, {"error": text}))
                 continue
             finished, value, error = _call(fn, arguments, self.timeout)
             if not finished:
                 hung, failed = True, failed + 1
-                stats.add(name, "timeout")
-                messages.append(tool_message(name, {"error": f"Tool {name} did not return within "
-                                                             f"{self.timeout:g} s."}))
+                text = f"Tool {name} did not return within {self.timeout:g} s."
+                stats.add(name, "timeout", text)
+                messages.append(tool_message(name, {"error": text}))
             elif error is not None:
-                stats.add(name, "error")
+                text = f"{type(error).__name__}: {error}"
+                stats.add(name, "error", text)
                 failed += 1
-                messages.append(tool_message(name, {"error": f"{type(error).__name__}: {error}"}))
+                messages.append(tool_message(name, {"error": text}))
             else:
                 stats.add(name, "ok")
                 messages.append(tool_message(name, value))

@@ -12,17 +12,21 @@ not fit are left out and the row ends with the turn that called them (TRL's rule
 its row.
 
 The reward functions get TRL's conversational completions (the assistant turns, with their parsed tool calls, and
-the tool messages), and per row `tool_calls`, `tool_failures`, `turns`, and an environment's `get_reward()`.
+the tool messages), the rollout's environment instances as `environments=` (held until they are scored), and per
+row `tool_calls`, `tool_failures`, `turns`. Faults are said where they happen: a tool that raises or times out in a
+warning per rollout batch with its first error text (and counted apart), tool results left out for the budget in
+a count and once in the log; an environment's `reset()` that raises stops the run naming its class and row.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 from grpo_plugin.agents.chat_format import parse_turn, render_prompt, tool_suffix_ids
-from grpo_plugin.agents.environments import REWARD_FIELD, EnvironmentSet, tool_table
+from grpo_plugin.agents.environments import EnvironmentSet, Held, tool_table
 from grpo_plugin.agents.tool_calls import ToolRunner, ToolStats
-from grpo_plugin.producers.agent_output import COMPLETIONS_KEY, METRICS_KEY, PROMPTS_KEY
+from grpo_plugin.producers.agent_output import COMPLETIONS_KEY, ENVIRONMENTS_KEY, METRICS_KEY, PROMPTS_KEY
 
 
 def _row_groups(contexts: list[list[int]], rows: list[int]) -> tuple[list[list[int]], int] | None:
@@ -40,16 +44,37 @@ def _row_groups(contexts: list[list[int]], rows: list[int]) -> tuple[list[list[i
     return heads, n
 
 
-def tool_metrics(counts: Counter, rows: int, calls_per_row: list[int]) -> dict:
-    """The batch's tool metrics: calls (a malformed one included) and failures in all and per tool, and the share
-    of rows whose turns called a tool."""
-    out = {"agent_tool_calls": sum(counts.values()),
-           "agent_tool_failures": sum(v for (_, o), v in counts.items() if o != "ok"),
+def tool_metrics(counts: Counter, rows: int, calls_per_row: list[int], dropped: int = 0) -> dict:
+    """The batch's tool metrics: calls (a malformed one included) and failures in all and per tool (of which the
+    tool raised, or did not return in time), the share of rows whose turns called a tool, and the rows whose tool
+    results were left out because they did not fit the completion budget."""
+    def total(tool=None, outcome=None, not_ok=False):
+        return sum(v for (t, o), v in counts.items() if (tool is None or t == tool)
+                   and (outcome is None or o == outcome) and (not not_ok or o != "ok"))
+
+    out = {"agent_tool_calls": total(), "agent_tool_failures": total(not_ok=True),
+           "agent_tool_raised": total(outcome="error"), "agent_tool_timeouts": total(outcome="timeout"),
+           "agent_tool_results_dropped": dropped,
            "agent_tool_call_rate": round(sum(1 for c in calls_per_row if c) / max(rows, 1), 4)}
     for tool in sorted({t for t, _ in counts}):
-        out[f"agent_tool/{tool}/calls"] = sum(v for (t, o), v in counts.items() if t == tool)
-        out[f"agent_tool/{tool}/failures"] = sum(v for (t, o), v in counts.items() if t == tool and o != "ok")
+        out[f"agent_tool/{tool}/calls"] = total(tool)
+        out[f"agent_tool/{tool}/failures"] = total(tool, not_ok=True)
+        out[f"agent_tool/{tool}/raised"] = total(tool, "error")
+        out[f"agent_tool/{tool}/timeouts"] = total(tool, "timeout")
     return out
+
+
+WHAT = {"error": "raised", "timeout": "timed out", "unknown": "named no tool", "malformed": "could not be read"}
+
+
+def fault_lines(counts: Counter, first: dict) -> list[str]:
+    """One line per tool and kind of failure in a batch, with how many and the first error text."""
+    return [f"tool {tool}: {counts[(tool, outcome)]} call(s) {WHAT[outcome]} (first: {text})"
+            for (tool, outcome), text in sorted(first.items())]
+
+
+def _say(line: str) -> None:
+    print(f"[grpo_plugin] {line}", file=sys.stderr, flush=True)
 
 
 class ToolLoop:
@@ -65,6 +90,9 @@ class ToolLoop:
         self.runner = ToolRunner(tool_timeout)
         self.template_kwargs = template_kwargs or {}
         self.__name__ = self.__qualname__ = "tool_loop"
+        # what the run's errors call it: the keys the user set, not this class
+        self.grpo_label = "grpo.environment_factory" if environments is not None else "grpo.tools"
+        self._said_dropped = False
 
     def __call__(self, prompts: list, trainer, rows: list[dict] | None = None) -> dict:
         bad = next((i for i, p in enumerate(prompts) if not isinstance(p, list)), None)
@@ -74,28 +102,31 @@ class ToolLoop:
                              "make the dataset's `prompt` a list like [{'role': 'user', 'content': ...}]")
         rows = rows if rows is not None else [{"prompt": p} for p in prompts]
         envs = self.environments
-        names = [envs.name_of(r, i) for i, r in enumerate(rows)] if envs else [None] * len(prompts)
-        instances = envs.take(names) if envs else [None] * len(prompts)
-        hung = [False] * len(prompts)
+        if envs is None:
+            return self._rollouts(prompts, trainer, rows, [None] * len(prompts), None)
+        held = envs.take([envs.name_of(r, i) for i, r in enumerate(rows)])
         try:
-            out = self._rollouts(prompts, trainer, rows, names, instances, hung)
-        finally:
-            if envs:
-                envs.give_back(names, instances, hung)
+            out = self._rollouts(prompts, trainer, rows, held.names, held)
+        except BaseException:
+            held.release()
+            raise
+        out[ENVIRONMENTS_KEY] = held  # the scoring releases them, once the reward functions have read them
         return out
 
-    def _rollouts(self, prompts, trainer, rows, names, instances, hung) -> dict:
+    def _rollouts(self, prompts, trainer, rows, names, held: Held | None) -> dict:
         tok, gen, envs = trainer.processing_class, trainer.grpo_generation, self.environments
         n = len(prompts)
-        messages = [envs.reset(inst, row, envs.named, list(p)) if envs else list(p)
-                    for inst, row, p in zip(instances, rows, prompts)]
+        instances = held.instances if held is not None else [None] * n
+        hung = held.hung if held is not None else [False] * n
+        messages = [envs.reset(inst, row, i, list(p)) if envs else list(p)
+                    for i, (inst, row, p) in enumerate(zip(instances, rows, prompts))]
         tools = [tool_table(self.tools, inst) for inst in instances]
         prompt_ids = [render_prompt(tok, m, envs.schemas[name] if envs else self.tools, self.template_kwargs)
                       for m, name in zip(messages, names)]
         contexts = [list(p) for p in prompt_ids]
         completion, logprobs, mask = [[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)]
         said: list[list[dict]] = [[] for _ in range(n)]
-        turns, calls, failures = [0] * n, [0] * n, [0] * n
+        turns, calls, failures, dropped = [0] * n, [0] * n, [0] * n, 0
         stats = ToolStats()
         active, rounds = list(range(n)), 0
         while active:
@@ -124,6 +155,7 @@ class ToolLoop:
                 hung[i] = hung[i] or row_hung
                 suffix = tool_suffix_ids(tok, tool_messages, self.template_kwargs) if tool_messages else []
                 if not suffix or len(completion[i]) + len(suffix) >= self.max_completion_length:
+                    dropped += bool(suffix)
                     continue  # the results do not fit: the row ends with the turn that called them
                 completion[i] += suffix
                 logprobs[i] += [0.0] * len(suffix)
@@ -132,12 +164,14 @@ class ToolLoop:
                 said[i] += tool_messages
                 active.append(i)
             rounds += 1
-        counts = stats.take()
-        out = {"prompt_ids": prompt_ids, "completion_ids": completion, "logprobs": logprobs, "env_mask": mask,
-               "tool_calls": calls, "tool_failures": failures, "turns": turns,
-               COMPLETIONS_KEY: said, PROMPTS_KEY: messages, METRICS_KEY: tool_metrics(counts, n, calls)}
-        if self.environments and self.environments.reward_types:
-            # an instance whose tool call hung may hold a lock its get_reward() needs: that row is not scored by it
-            out[REWARD_FIELD] = [None if bad else self.environments.reward_of(inst)
-                                 for inst, bad in zip(instances, hung)]
-        return out
+        counts, first = stats.take()
+        for line in fault_lines(counts, first):
+            _say(line)
+        if dropped and not self._said_dropped:
+            self._said_dropped = True
+            _say(f"{dropped} rollout(s) ended because their tool results did not fit trl.max_completion_length="
+                 f"{self.max_completion_length} (the model never read them; counted per step as "
+                 "agent_tool_results_dropped; this is said once)")
+        return {"prompt_ids": prompt_ids, "completion_ids": completion, "logprobs": logprobs, "env_mask": mask,
+                "tool_calls": calls, "tool_failures": failures, "turns": turns,
+                COMPLETIONS_KEY: said, PROMPTS_KEY: messages, METRICS_KEY: tool_metrics(counts, n, calls, dropped)}

@@ -31,6 +31,7 @@ from trl.trainer.utils import pad
 
 from grpo_plugin.producers.agent_output import (
     COMPLETIONS_KEY,
+    ENVIRONMENTS_KEY,
     METRICS_KEY,
     PRIVATE_KEYS,
     PROMPTS_KEY,
@@ -127,11 +128,18 @@ def call_with_timeout(func, args: tuple, timeout: float | None, name: str):
     a daemon: the run stops with a RolloutFuncError)."""
     finished, value, error = in_thread(lambda: func(*args), timeout, "grpo-rollout-func")
     if not finished:
-        raise RolloutFuncError(f"trl.rollout_func {name} did not return within grpo.rollout_timeout={timeout:g} s "
+        raise RolloutFuncError(f"{name} did not return within grpo.rollout_timeout={timeout:g} s "
                                f"({len(args[0])} prompt rows): raise grpo.rollout_timeout if its rollouts take longer")
     if error is not None:
         raise error
     return value
+
+
+def rollout_name(func) -> str:
+    """What errors call a rollout function: the config key that made it and, for a user's, its import path (the
+    plugin's tool loop: grpo.tools / grpo.environment_factory, never its own module)."""
+    return getattr(func, "grpo_label", None) or (
+        f"trl.rollout_func {getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}")
 
 
 class AgentRolloutProducer(LocalRolloutProducer):
@@ -140,7 +148,7 @@ class AgentRolloutProducer(LocalRolloutProducer):
     def __init__(self, *args, rollout_func, rollout_timeout: float | None, vocab_size: int, **kwargs):
         super().__init__(*args, **kwargs)
         self.rollout_func, self.rollout_timeout, self.vocab_size = rollout_func, rollout_timeout, vocab_size
-        self.name = f"{getattr(rollout_func, '__module__', '?')}.{getattr(rollout_func, '__qualname__', '?')}"
+        self.name = rollout_name(rollout_func)
 
     def _call(self, prompts: list, generation: AgentGeneration, inputs: list[dict] | None = None):
         spec = self.spec
@@ -154,9 +162,9 @@ class AgentRolloutProducer(LocalRolloutProducer):
             if isinstance(exc, ServerError) or isinstance(exc.__cause__ or exc.__context__, ServerError):
                 raise  # the guard decides whether the server is lost
             if not spec.client.healthy():  # its own requests (OpenAI routes) failed with the server
-                raise ServerLost(f"the vLLM server stopped answering during trl.rollout_func {self.name}: "
+                raise ServerLost(f"the vLLM server stopped answering during {self.name}: "
                                  f"{type(exc).__name__}: {exc}") from exc
-            raise RolloutFuncError(f"trl.rollout_func {self.name} raised {type(exc).__name__}: {exc} (rollout of "
+            raise RolloutFuncError(f"{self.name} raised {type(exc).__name__}: {exc} (rollout of "
                                    f"{len(prompts)} prompt rows)") from exc
 
     def produce(self, model, global_step, *, skip_policy_logps=False, processing_class=None,
@@ -175,14 +183,18 @@ class AgentRolloutProducer(LocalRolloutProducer):
         version, out, generation = spec.guard.run("rollout", rollout)
         rollout_ms = (time.perf_counter() - t0) * 1e3
         own = {k: out.pop(k) for k in PRIVATE_KEYS if isinstance(out, dict) and k in out}  # the tool loop's
+        held = own.get(ENVIRONMENTS_KEY)
         try:
             rows = check_output(out, prompts, spec.num_generations, self.vocab_size)
         except RolloutFuncError as exc:
-            raise RolloutFuncError(f"trl.rollout_func {self.name}: {exc}") from None
+            if held is not None:
+                held.release()
+            raise RolloutFuncError(f"{self.name}: {exc}") from None
         tensors = self._tensors(rows, inputs)
         record = Rollout(wait_ms=rollout_ms, generate_ms=rollout_ms, policy_version=version,
                          server_rows=generation.server_rows if generation.calls else None,
-                         agent={**agent_fields(rows, generation, spec.stop_token_ids), **own.get(METRICS_KEY, {})})
+                         agent={**agent_fields(rows, generation, spec.stop_token_ids), **own.get(METRICS_KEY, {})},
+                         environments=held)
         return deferred_rollout(spec, tensors, tensors.pop("num_items_in_batch"), inputs,
                                 own.get(PROMPTS_KEY, prompts), rows.completion_ids, record,
                                 completions=own.get(COMPLETIONS_KEY))

@@ -23,7 +23,8 @@ NOT_REWARD_FIELDS = ("env_mask", "logprob_token_ids")  # TRL's own keys: not han
 COMPLETIONS_KEY = "_grpo_completions"  # the completions as messages, for the reward functions (else decoded)
 PROMPTS_KEY = "_grpo_prompts"  # the prompts as the model read them (an environment's reset() may extend them)
 METRICS_KEY = "_grpo_agent_metrics"  # the batch's tool metrics, added to the step's record
-PRIVATE_KEYS = (COMPLETIONS_KEY, PROMPTS_KEY, METRICS_KEY)
+ENVIRONMENTS_KEY = "_grpo_environments"  # the rollout's environment instances (agents/environments.py Held)
+PRIVATE_KEYS = (COMPLETIONS_KEY, PROMPTS_KEY, METRICS_KEY, ENVIRONMENTS_KEY)
 
 
 class RolloutFuncError(ValueError):
@@ -51,8 +52,13 @@ def _excerpt(prompt, width: int = 60) -> str:
     return repr(text if len(text) <= width else text[: width - 1] + "…")
 
 
-def _row(prompts: list, i: int) -> str:
-    return f"row {i} (prompt {_excerpt(prompts[i])})" if i < len(prompts) else f"row {i}"
+def prompt_row(i: int, prompt) -> str:
+    """How a message names row `i` of a batch: its index and the start of its prompt."""
+    return f"row {i} (prompt {_excerpt(prompt)})"
+
+
+def row_label(prompts: list, i: int) -> str:
+    return prompt_row(i, prompts[i]) if i < len(prompts) else f"row {i}"
 
 
 def _token_list(value, what: str, vocab_size: int) -> list[int]:
@@ -116,7 +122,7 @@ def check_output(out, prompts: list, num_generations: int, vocab_size: int) -> A
         raise RolloutFuncError(f"logprobs must have one list per row ({rows})")
     checked = AgentRows([], [], [], [] if env_mask is not None else None)
     for i in range(rows):
-        where = _row(prompts, i)
+        where = row_label(prompts, i)
         p = _token_list(prompt_ids[i], f"{where}: prompt_ids", vocab_size)
         if not p:
             raise RolloutFuncError(f"{where}: prompt_ids is empty")

@@ -13,6 +13,7 @@ axolotl shuffles and splits the rows into micro-batches, and they must follow th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -57,6 +58,8 @@ class Rollout:
     onpolicy: list[onpolicy.EnvCheck] = field(default_factory=list)  # what scoring found (atropos/onpolicy.py)
     by_env: dict[str, dict] | None = None  # Atropos, once scored: each environment's rows and mean reward
     agent: dict | None = None  # a rollout_func's rollout: turns, model / environment tokens (producers/agent.py)
+    environments: Any = None  # grpo.environment_factory: the rollout's instances, held until scored (agents/)
+    onpolicy_check: Any = None  # a rollout_func's lag-0 logprob check (producers/agent_onpolicy.py), run when scored
 
     def step_fields(self) -> dict:
         """What this rollout adds to its step's metrics record (grpo_metrics.jsonl)."""
