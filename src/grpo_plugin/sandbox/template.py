@@ -10,6 +10,7 @@ import _signal as signal  # the C half: the Python half builds enums every fork 
 import _socket  # the C half of `socket`: the Python half (its enums, `selectors`) is ~0.25 MB every fork copies
 import collections
 import gc
+import mmap
 import os
 import select
 import struct
@@ -154,7 +155,8 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
     os.close(null)
     gc.disable()
     pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-    recv, send, close, waitall = sock.recv, sock.send, os.close, _socket.MSG_WAITALL
+    recv, recv_into, send, close = sock.recv, sock.recv_into, sock.send, os.close
+    waitall = _socket.MSG_WAITALL
     fork, bare = confine.fork_in_new_pid_namespace, confine.can_fork_bare()
     head_size, unpack, pack = _HEAD.size, _HEAD.unpack, _ANSWER.pack
     rulesets: dict[int, int] = {}  # scratch slot -> its Landlock ruleset (-1: none could be built)
@@ -178,17 +180,22 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
                 return
         kind, n, slot = unpack(head)
         if kind == b"S":
-            payload = recv(n, waitall) if n else b""
+            # the payload (a program's code, a judge's role) in pages of its own, never in the heap: the child takes
+            # them with it and this process unmaps them once it has forked, so no later child is born holding
+            # another's code (freed heap memory keeps its bytes, and every child inherits the heap)
+            payload = mmap.mmap(-1, max(n, 1))
+            if n and recv_into(payload, n, waitall) != n:
+                return  # the server is gone
             try:
                 answer = fork(pidns, bare)
             except OSError as exc:
                 answer = -(exc.errno or 1)
             if answer == 0:  # the child: PID 1 of its own namespace
-                child_main(payload, fds, rulesets.get(slot, -2))
+                child_main(memoryview(payload)[:n], fds, rulesets.get(slot, -2))
                 os._exit(0)
+            payload.close()
             for fd in fds:
                 close(fd)
-            del payload
             answer = pack(b"P", answer, 0)
         elif kind == b"R":
             try:

@@ -1,0 +1,114 @@
+"""What the kernel keeps from a program (the code sandbox, docs/code.md "Isolation per program"): nothing to find in
+the jail's files, nothing of a sibling in its memory, judges and outputs inside budgets, a fair share of its core
+per slot. Each attack runs beside honest and wrong programs (the same batch and the next) that keep their
+verdicts; where a route exists in native code the attack takes it through ctypes.
+
+The oracles are verdicts (a program that could only pass by what it found) and what the machine measures (memory,
+CPU time); never what an attacking program says about itself."""
+
+from __future__ import annotations
+
+import os
+import random
+import textwrap
+
+import pytest
+
+from grpo_plugin.sandbox import AssertSuite, CallSuite, Limits, Sandbox, StdioSuite
+
+pytestmark = pytest.mark.timeout(300)
+
+ADD = "def add(a, b):\n    return a + b\n"
+WRONG_ADD = "def add(a, b):\n    return a - b\n"
+TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"]
+
+
+def honest() -> list:
+    return [AssertSuite(ADD, TESTS), CallSuite(ADD, "add", [([1, 2], 3), ([2, 2], 4)]),
+            StdioSuite("a, b = map(int, input().split())\nprint(a + b)\n", [("1 2\n", "3"), ("2 2\n", "4")])]
+
+
+def wrong() -> list:
+    return [AssertSuite(WRONG_ADD, TESTS), CallSuite(WRONG_ADD, "add", [([1, 2], 3), ([2, 2], 4)])]
+
+
+def run_checked(sb: Sandbox, suites: list) -> list:
+    """The suites with honest and wrong programs around them, in this batch and the next one."""
+    res = sb.run_suites(honest() + list(suites) + wrong(), dedupe=False)
+    later = sb.run_suites(honest() + wrong(), dedupe=False)
+    for batch in (res, later):
+        good, bad = batch[:3], batch[-2:]
+        assert [r.score for r in good] == [1.0] * 3, [r.detail for r in good]
+        assert all(r.score < 1.0 for r in bad), [r.detail for r in bad]
+    return res[3:3 + len(suites)]
+
+
+@pytest.fixture(scope="module")
+def sb1():
+    """One scratch slot: every program of every batch is forked by the same template, one after the other."""
+    with Sandbox(Limits(wall_s=20), workers=1) as sandbox:
+        yield sandbox
+
+
+# ---- nothing of a sibling in a program's memory ------------------------------------------------------------------
+# A program reads the memory it was born with (its template's heap, inherited at fork) for another program's
+# constant: it passes its test only if it finds one. Native code: the pages are probed with write(2) (into a pipe:
+# EFAULT on an unmapped one, never a crash) and read with ctypes.
+SCAN_MEMORY = textwrap.dedent("""
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.sbrk.restype = ctypes.c_void_p
+    libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+    NEEDLE = b"SIBLING" + b"SECRET:"
+    PAGE = 4096
+    probe_r, probe_w = os.pipe()
+
+    def readable(addr):
+        if libc.write(probe_w, addr, PAGE) != PAGE:
+            return False
+        os.read(probe_r, PAGE)
+        return True
+
+    def scan(lo, hi):
+        found = []
+        for page in range(lo & ~(PAGE - 1), hi, 1 << 20):
+            chunk = bytearray()
+            for p in range(page, min(hi, page + (1 << 20)), PAGE):
+                chunk += ctypes.string_at(p, PAGE) if readable(p) else bytes(PAGE)
+            at = chunk.find(NEEDLE)
+            while at >= 0:
+                digits = bytes(chunk[at + len(NEEDLE):at + len(NEEDLE) + 12])
+                if digits[:12].isdigit():
+                    found.append(int(digits))
+                at = chunk.find(NEEDLE, at + 1)
+        return found
+
+    top = libc.sbrk(0)
+    near = [top - (256 << 20), top]
+    for obj in (scan, NEEDLE, [], {}, "x" * 1000):  # the interpreter's arenas, wherever they are
+        near += [id(obj) - (64 << 20), id(obj) + (64 << 20)]
+    hits = scan(max(near[0], 1 << 16), near[1])
+    for k in range(2, len(near), 2):
+        hits += scan(max(near[k], 1 << 16), near[k + 1])
+
+    def leaked():
+        return hits[0] if hits else None
+    """)
+
+
+def test_a_program_finds_nothing_of_a_sibling_in_its_memory(sb1):
+    """A sibling's code (a constant in it) before it on the same template, in the same batch and the next: the
+    scanner's test passes only where the constant is still in the memory it was born with."""
+    secret = random.randrange(10 ** 11, 10 ** 12)
+    sibling = f"SECRET = 'SIBLINGSECRET:{secret}'\nNOTE = '{'n' * 600}'\ndef add(a, b):\n    return a + b\n"
+    scanner = [f"assert leaked() == {secret}"]
+    # the sibling in the assert and the stdin/stdout forms, then the scanner, one at a time on the one slot
+    # (a large payload is received into malloc's heap, a small one into the interpreter's arenas)
+    small = f"SECRET = 'SIBLINGSECRET:{secret}'\ndef add(a, b):\n    return a + b\n"
+    first = sb1.run_suites([AssertSuite(sibling, TESTS), StdioSuite(sibling + "print(add(1, 2))\n", [("", "3")]),
+                            AssertSuite(small, TESTS), AssertSuite(SCAN_MEMORY, scanner)], dedupe=False)
+    assert [r.score for r in first[:3]] == [1.0] * 3, [r.detail for r in first]
+    assert first[3].passed == [False], first[3].detail
+    assert "timed out" not in first[3].detail[0] and "setup" not in first[3].detail[0], first[3].detail
+    res = run_checked(sb1, [AssertSuite(SCAN_MEMORY, scanner)])
+    assert res[0].passed == [False], res[0].detail
