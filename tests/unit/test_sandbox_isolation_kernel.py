@@ -112,3 +112,94 @@ def test_a_program_finds_nothing_of_a_sibling_in_its_memory(sb1):
     assert "timed out" not in first[3].detail[0] and "setup" not in first[3].detail[0], first[3].detail
     res = run_checked(sb1, [AssertSuite(SCAN_MEMORY, scanner)])
     assert res[0].passed == [False], res[0].detail
+
+
+# ---- a fair share of its core per slot, however many sessions a program starts --------------------------------
+# 62 processes spinning, each in a session of its own (setsid: an autogroup each where the kernel groups by
+# session), then the program spins itself until its deadline ends it
+SPINNERS = textwrap.dedent("""
+    import os
+    for _ in range(62):
+        if os.fork() == 0:
+            os.setsid()
+            while True:
+                pass
+    while True:
+        pass
+    """)
+WORK = "print(sum(i * i for i in range(15_000_000)))\n"  # ~0.5 s of CPU on this project's machines
+WORK_OUT = str(sum(i * i for i in range(15_000_000)))
+
+
+@pytest.fixture(scope="module")
+def sb4():
+    """Four slots on (at most) two cores: two programs on each core."""
+    with Sandbox(Limits(wall_s=4), workers=4) as sandbox:
+        yield sandbox
+
+
+def test_many_sessions_of_one_program_take_no_siblings_share_of_its_core(sb4):
+    """A spinning program on each core (62 sessions of its own each) beside an honest program that needs ~0.5 s of
+    CPU within a 4 s limit: with a cpu cgroup per slot the two slots share the core half and half and the honest
+    program passes; by processes (or sessions) it would get 1/63 of the core and time out."""
+    if sb4.slot_cgroups is None or sb4.slot_cgroups.cpu_missing:
+        why = sb4.cgroups_missing or sb4.slot_cgroups.cpu_missing
+        assert not (_cgroups_expected() and os.path.isdir("/sys/fs/cgroup/cpu")), why
+        pytest.skip(f"no cpu cgroup per slot on this machine: {why}")
+    assert "a cpu cgroup per slot" in sb4.isolation
+    cores = len(os.sched_getaffinity(0))
+    spin = [StdioSuite(SPINNERS, [("", "never")]) for _ in range(min(cores, 2))]
+    work = [StdioSuite(WORK, [("", WORK_OUT)]) for _ in range(min(cores, 2))]
+    res = run_checked(sb4, spin + work)
+    assert all(r.passed == [False] for r in res[:len(spin)]), [r.detail for r in res]
+    assert all(r.passed == [True] for r in res[len(spin):]), [r.detail for r in res]
+
+
+def _cgroups_expected() -> bool:
+    """Root on a machine with a writable cgroup v1 memory hierarchy (this project's CI machine): the sandbox must
+    make its cgroups there, never fall back."""
+    from grpo_plugin.sandbox import cgroups
+
+    mount = cgroups._mounts().get("memory")
+    return os.geteuid() == 0 and mount is not None and os.access(mount, os.W_OK)
+
+
+# ---- judges inside budgets -----------------------------------------------------------------------------------------
+HOARD_IN_TEST = textwrap.dedent("""
+    import os, time
+    kids = []
+    for _ in range(3):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            block = b'x' * (150 << 20)  # written: every page is the process's own
+            os.write(w, b'1')
+            time.sleep(1.5)
+            os._exit(0)
+        kids.append((pid, r))
+    held = sum(len(os.read(r, 1)) for pid, r in kids)
+    for pid, r in kids:
+        os.waitpid(pid, 0)
+    assert held == 3 and add(1, 2) == 3
+    """)
+
+
+@pytest.fixture(scope="module")
+def sb_judge():
+    """Judges with 256 MiB each: their slot's judge cgroup, all their processes together."""
+    with Sandbox(Limits(wall_s=8, judge_memory_mb=256), workers=2) as sandbox:
+        yield sandbox
+
+
+def test_a_judges_processes_share_one_memory_budget(sb_judge):
+    """A test that holds 450 MiB in three processes forked by the judge, each within the judge's 256 MiB address
+    space: the judge's memory cgroup stops them (the kernel's OOM killer, inside it) and the test fails; the judge
+    never held more than its budget, and the honest programs around keep their verdicts."""
+    if sb_judge.slot_cgroups is None:
+        assert not _cgroups_expected(), sb_judge.cgroups_missing
+        pytest.skip(f"the kernel lets this process make no cgroups: {sb_judge.cgroups_missing}")
+    assert "cgroup per judge" in sb_judge.isolation
+    res = run_checked(sb_judge, [AssertSuite(ADD, [HOARD_IN_TEST, "assert add(2, 3) == 5"])])
+    assert res[0].passed[0] is False, res[0].detail
+    peaks = [sb_judge.slot_cgroups.peak_bytes(k, "judge") for k in range(2)]
+    assert max(peaks) > 100 << 20 and all(p <= 256 << 20 for p in peaks), peaks

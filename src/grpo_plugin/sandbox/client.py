@@ -17,6 +17,7 @@ that exposes and what to do.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import tempfile
@@ -30,6 +31,7 @@ from grpo_plugin.sandbox.jail import SCRATCH, SCRIPT_DIR, Jail, JailUnavailable,
 from grpo_plugin.sandbox.suites import AssertSuite, ProgramResult, Suite
 
 FORK_SERVER = Path(__file__).with_name("forkserver.py")
+_log = logging.getLogger(__name__)
 _EXPOSES = {
     "identity": "programs would share the trainer's user id: inside their own namespaces they still see no other "
                 "process and no file outside the jail, but kernel limits counted per user (processes, signals "
@@ -136,9 +138,14 @@ class Sandbox:
             jail.prepare_identities()
         except JailUnavailable as exc:
             lacking("identity", str(exc))
-        # a program's processes together: its memory (and its scratch files' pages) and its process count
+        # a program's processes together: its memory (and its scratch files' pages) and its process count; a
+        # judge's the same with its own budget; a cpu cgroup each where the kernel offers one
         self.slot_cgroups, self.cgroups_missing = cgroups.make(
-            self.workers, (self.limits.memory_mb + self.limits.scratch_mb) << 20, self.limits.processes)
+            self.workers, (self.limits.memory_mb + self.limits.scratch_mb) << 20, self.limits.processes,
+            self.limits.judge_memory_mb << 20)
+        if self.slot_cgroups is not None and self.slot_cgroups.cpu_missing:
+            _log.warning("code sandbox: no cpu cgroup per slot (%s): a program's processes share its core with "
+                         "the programs beside it by the kernel's default grouping", self.slot_cgroups.cpu_missing)
         limits = self.limits.to_json()
         if self.slot_cgroups is not None:
             jail.binds = self.slot_cgroups.binds()
@@ -189,6 +196,9 @@ class Sandbox:
         if self.slot_cgroups is not None:
             layers.append(f"a memory ({self.limits.memory_mb + self.limits.scratch_mb} MiB) and pids "
                           f"({self.limits.processes}) cgroup per slot")
+            layers.append(f"a memory ({self.limits.judge_memory_mb} MiB) and pids cgroup per judge")
+            if not self.slot_cgroups.cpu_missing:
+                layers.append("a cpu cgroup per slot and per judge (equal weights)")
         if msg.get("hidepid"):
             layers.append("/proc shows each user only its own processes")
         if abi:

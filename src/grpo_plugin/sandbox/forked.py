@@ -57,6 +57,8 @@ def main(payload: bytes, fds: list[int], ruleset: int, server_limits: dict, uids
             report = fds[4]
             if ruleset == -2:
                 raise OSError("no Landlock ruleset could be built")
+            for d in server_limits.get("cgroup_dirs", ()):  # its slot's judge budget (cgroups.py)
+                confine.join_cgroup(f"{d}/judge-{rest[0]}")
             judge = late_import("judge")  # read while this process can still read the sandbox's directory
             confine.confine(confine.JUDGE_UID if uids else None, ruleset, fds, limits)
             report = 4
@@ -68,7 +70,7 @@ def main(payload: bytes, fds: list[int], ruleset: int, server_limits: dict, uids
             report = fds[3] if mode == "stdio" else fds[4]
             if ruleset == -2:
                 raise OSError("no Landlock ruleset for this scratch directory")
-            for d in server_limits.get("cgroup_dirs", ()):  # its slot's memory and process budget (cgroups.py)
+            for d in server_limits.get("cgroup_dirs", ()):  # its slot's memory, process and cpu budget (cgroups.py)
                 confine.join_cgroup(f"{d}/slot-{slot}")
             if shm:
                 confine.private_shm(scratch)

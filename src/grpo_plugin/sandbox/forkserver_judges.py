@@ -54,7 +54,7 @@ class Judges:
         try:
             # 0-2 /dev/null (what a test prints goes nowhere), 3 jobs (with their program's socket attached),
             # 4 verdicts
-            self.server.template_of(slot).spawn(marshal.dumps(("judge",)),
+            self.server.template_of(slot).spawn(marshal.dumps(("judge", slot)),
                                                 [null, null, null, theirs.fileno(), v_w], -1)
         finally:
             os.close(v_w)
