@@ -12,6 +12,8 @@ from __future__ import annotations
 WORKER_EXTENSION = "grpo_plugin.in_vllm.worker_ext.GRPOWorkerExtension"
 # Added to vLLM's API server (`--middleware`): Atropos's /generate and the policy-version routes (in_vllm/routes.py).
 ROUTES_MIDDLEWARE = "grpo_plugin.in_vllm.routes.grpo_routes"
+# a rollout's base URL for OpenAI clients: <server>/grpo/lease/<model> pins every request under it to that model
+LEASE_PREFIX = "/grpo/lease/"
 # In the server's environment: fork vLLM-CPU's one engine process instead of spawning it (in_vllm/fork_engine.py).
 FORK_ENGINE_ENV = "GRPO_VLLM_FORK_ENGINE"
 # `grpo.sync: ipc` (in_vllm/ipc_export.py): the directory the server exports its shared weights to, whether it maps

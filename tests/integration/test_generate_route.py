@@ -181,3 +181,43 @@ def test_the_probe_also_checks_requests_naming_the_base_model(vllm_server, peft_
     # without the extra check the same push verifies: the adapter itself is right
     plain = ProbeVerifier(client, probe_ids, 1e-4, "lora_sync")
     assert plain.verify(peft_trainer.model, sync.generation_model, SyncResult(step=2, sync_ms=0.0)).logprob_diff <= 1e-4
+
+
+def test_a_rollouts_base_url_pins_its_version_and_unknown_names_are_refused(vllm_server, peft_trainer, probe_ids,
+                                                                           request):
+    """A third-party agent (an OpenAI client taking the first name of /v1/models: the base model) posting to its
+    rollout's `trainer.grpo_generation.base_url` samples the version the rollout's lease holds, even while another
+    version is announced (lora_sync with a push during a prefetched rollout); the adapter's name without its version
+    is the announced policy; a model the server does not serve is refused naming the one to use."""
+    from urllib.parse import quote
+
+    from grpo_plugin.server.client import VLLMServerClient
+    from grpo_plugin.serverconfig import LEASE_PREFIX
+
+    _, client = vllm_server
+    base = client.base_model()
+    old = pushed_adapter(client, peft_trainer, request, "t-lease", seed=21)
+    first = old.generation_model
+    first_lps = client.prompt_logprobs(probe_ids, model=first)
+    perturb_lora(peft_trainer.model, scale=0.2, seed=22)
+    old.push(1)  # a second version, announced: the newest policy
+    newest = old.generation_model
+    client.set_policy(1, newest)
+    newest_lps = client.prompt_logprobs(probe_ids, model=newest)
+    assert max(abs(a - b) for a, b in zip(first_lps, newest_lps)) > 1e-3
+    leased = VLLMServerClient(f"{client.base_url}{LEASE_PREFIX}{quote(first, safe='')}")
+    listed = requests.get(f"{leased.base_url}/v1/models", timeout=30).json()["data"][0]["id"]
+    assert listed == base  # what an OpenAI client picks
+    for name in (listed, "t-lease"):  # the base's name, the adapter's without a version: the lease's version
+        lps = leased.prompt_logprobs(probe_ids, model=name)
+        assert max(abs(a - b) for a, b in zip(lps, first_lps)) < 1e-5, name
+    # on the plain URL the same names sample the announced (newest) version
+    for name in (base, "t-lease"):
+        lps = client.prompt_logprobs(probe_ids, model=name)
+        assert max(abs(a - b) for a, b in zip(lps, newest_lps)) < 1e-5, name
+    refused = requests.post(f"{leased.base_url}/v1/completions", json={"model": "gpt-4o", "prompt": "a",
+                                                                        "max_tokens": 1}, timeout=30)
+    assert refused.status_code == 404 and f"name '{first}'" in refused.json()["error"], refused.text
+    refused = requests.post(f"{client.base_url}/v1/completions", json={"model": "gpt-4o", "prompt": "a",
+                                                                        "max_tokens": 1}, timeout=30)
+    assert refused.status_code == 404 and f"name '{newest}'" in refused.json()["error"], refused.text

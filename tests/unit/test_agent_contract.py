@@ -11,17 +11,31 @@ from collections import defaultdict
 from types import SimpleNamespace
 
 import pytest
+import torch
 from trl import GRPOTrainer
 
 from grpo_plugin.agents.environments import AgentFault, EnvironmentSet, lent, reward_function
 from grpo_plugin.agents.evaluation import AgentEvaluation
 from grpo_plugin.agents.tool_loop import ToolLoop
 from grpo_plugin.producers.agent import AgentRolloutProducer, rollout_name
-from grpo_plugin.producers.agent_output import COMPLETIONS_KEY, ENVIRONMENTS_KEY, PRIVATE_KEYS, check_output
+from grpo_plugin.producers.agent_onpolicy import RowCheck
+from grpo_plugin.producers.agent_output import (
+    COMPLETIONS_KEY,
+    ENVIRONMENTS_KEY,
+    PRIVATE_KEYS,
+    RolloutFuncError,
+    check_output,
+)
+from grpo_plugin.tiny import build_tokenizer
 from grpo_plugin.tiny_tools import TOOL_CALL
-from tests.unit.test_tool_loop import PROMPT, Script, seven, tok  # noqa: F401 - tok is a fixture
+from tests.unit.test_tool_loop import PROMPT, Script, seven
 
 CALL = TOOL_CALL.replace("lookup", "get") + "<|im_end|>"
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return build_tokenizer(tmp_path_factory.mktemp("tok"))
 TRL_KWARGS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
 
 
@@ -59,7 +73,8 @@ def host_rewards(reward_funcs, inputs, prompts, completions, environments):
 
     funcs = [*reward_funcs, spy]
     trainer = SimpleNamespace(
-        accelerator=SimpleNamespace(device="cpu", is_main_process=True), reward_funcs=funcs, reward_processing_classes=[None] * len(funcs),
+        accelerator=SimpleNamespace(device="cpu", is_main_process=True), reward_funcs=funcs,
+        reward_processing_classes=[None] * len(funcs),
         reward_func_names=[getattr(f, "__name__", "f") for f in funcs], state=SimpleNamespace(global_step=0),
         _log_completion_extra=lambda *a: None, _log_metric=lambda *a: None, environments=None,
         args=SimpleNamespace(report_to=[]), _profiling=False)
@@ -194,3 +209,46 @@ def test_evaluation_hands_the_loop_its_rows_and_the_rewards_its_messages(tok):
     assert trainer.rollout_func is loop and trainer.environments is None
     assert trainer._metrics["eval"]["agent_tool/get/calls"] == [1.0]
     assert len(envs._free["kv"]) == 2
+
+
+def scored(sampling_shift: list[float]) -> dict:
+    """A scored rollout of 4 rows x 3 model tokens: the trainer's logprobs, and the sampler's shifted per row."""
+    old = torch.full((4, 3), -1.0)
+    sampling = old + torch.tensor(sampling_shift).unsqueeze(1)
+    return {"old_per_token_logps": old, "sampling_per_token_logps": sampling,
+            "completion_mask": torch.ones(4, 3), "tool_mask": torch.tensor([[1, 0, 1]] * 4)}
+
+
+def check(action="stop", version=7, step=7, reject=0.5):
+    return RowCheck("trl.rollout_func my.agent", reject, action, version=version, step=lambda: step,
+                    prompts=["abc = ", "abc = ", "xyz = ", "xyz = "])
+
+
+def test_a_rollout_sampled_by_the_policy_passes_the_lag0_check():
+    adv = torch.ones(4)
+    fields = check().apply(scored([1e-7, 0.0, 2e-7, 0.0]), adv)
+    assert fields["agent_logprob_gap_lag0"] < 1e-6 and fields["agent_offpolicy_rows"] == 0 and adv.tolist() == [1] * 4
+
+
+def test_a_lag0_row_sampled_by_another_model_stops_the_run_naming_the_cause():
+    with pytest.raises(RolloutFuncError, match=r"trl\.rollout_func my\.agent: 1 of 4 rows sampled at the weights "
+                                               r"this step trains \(policy version 7\) differ .* grpo\.offpolicy_reject"
+                                               r"=0\.5 nats/token \(row 2 \(prompt 'xyz ='\): 3\).* another model "
+                                               r"sampled it .* another temperature"):
+        check().apply(scored([0.0, 0.0, 3.0, 0.1]), torch.ones(4))
+
+
+def test_drop_zeroes_the_rows_over_the_threshold_and_an_older_version_is_not_compared(capsys):
+    adv = torch.ones(4)
+    fields = check("drop").apply(scored([0.0, 0.9, 3.0, 0.1]), adv)
+    assert adv.tolist() == [1, 0, 0, 1] and fields["agent_offpolicy_rows"] == 2
+    assert "Their advantages are zeroed" in capsys.readouterr().err
+    assert check(version=6).apply(scored([9.0] * 4), torch.ones(4)) == {}  # lag 1: the policy's own change
+    assert check(reject=None).apply(scored([9.0] * 4), torch.ones(4)) == {}  # never checked
+
+
+def test_the_lag0_check_compares_every_ranks_rows():
+    """Rank 1 of 2 (rows 4..7 of the batch): a row of rank 0 over the threshold stops rank 1 too."""
+    c = RowCheck("grpo.tools", 0.5, "stop", version=3, step=lambda: 3, prompts=["p"] * 4, first_row=4)
+    with pytest.raises(RolloutFuncError, match=r"row 1: 5"):
+        c.apply(scored([0.0] * 4), torch.ones(4), gather=lambda mine: [0.0, 5.0, 0.0, 0.0] + list(mine))

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from grpo_plugin.agents.chat_format import MALFORMED, parse_turn, tool_suffix_ids
-from grpo_plugin.agents.environments import AgentFault, EnvironmentSet, reward_function
+from grpo_plugin.agents.environments import EnvironmentSet, reward_function
 from grpo_plugin.agents.tool_loop import ToolLoop
 from grpo_plugin.producers.agent_output import (
     COMPLETIONS_KEY,

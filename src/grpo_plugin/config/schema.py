@@ -202,6 +202,14 @@ class GRPOSettings(BaseModel):
         default=1800.0, gt=0, description="trl.rollout_func: seconds one call (a batch's rollouts, every turn) may "
         "take before the run stops with an error naming it."
     )
+    offpolicy_reject: float | None = Field(
+        default=0.5, gt=0, description="trl.rollout_func / grpo.tools / environment_factory: nats per token. A row "
+        "sampled at the weights its step trains (policy lag 0) whose sampling logprobs differ from the trainer's by "
+        "more on average was not sampled by the policy (another model, truncated sampling, another temperature): "
+        "see offpolicy_action. null: never checked (docs/agents.md).")
+    offpolicy_action: Literal["stop", "drop"] = Field(
+        default="stop", description="What a row over offpolicy_reject does: stop (the run stops with the cause, a "
+        "checkpoint saved first) or drop (the row trains nothing; counted as agent_offpolicy_rows).")
     tools: list[str] = Field(
         default_factory=list, description="Tools the model may call (import paths of functions with type hints and "
         "an Args docstring, as TRL's `tools`): the plugin runs TRL's tool-calling loop (docs/agents.md).")

@@ -10,12 +10,18 @@
   the trainer announced (in `lora_sync` its adapter), else the base model.
 - `POST /grpo/policy {"version": int, "model": str|null}` / `GET /grpo/policy` — the trainer announces the
   policy version the server now computes with (inside its sync fence) and the model name that serves it.
-- vLLM's OpenAI routes (`/v1/completions`, `/v1/chat/completions`) that name the BASE model while the trainer has
-  announced an adapter (Atropos with `lora_sync`: environments and their evals often name the base model) are
+- vLLM's OpenAI routes (`/v1/completions`, `/v1/chat/completions`) sample the policy being trained whatever name
+  a client found for it: a request naming the BASE model, no model, or the adapter's own name without its version
+  (`grpo-policy` for `grpo-policy-v12`) while the trainer has announced an adapter (lora_sync; Atropos
+  environments, OpenAI clients that take the first name of `/v1/models`, NeMo Gym configs all name the base) is
   served by that adapter: the request's `model` is replaced before vLLM reads it. Without this they sampled the
-  base model (off-policy data), and on vLLM-CPU a batch mixing base-named rows with adapter rows gives the base
-  rows an adapter (rows without a LoRA index slot -1): a mix of base and policy. Requests naming an adapter, or
-  sent while no adapter is announced, pass unchanged.
+  base model (off-policy data, silently), and on vLLM-CPU a batch mixing base-named rows with adapter rows gives
+  the base rows an adapter (rows without a LoRA index slot -1): a mix of base and policy. A request naming an
+  adapter version passes unchanged; one naming a model this server does not serve is refused (404) with the name
+  to use.
+- `/grpo/lease/<model>/<route>` — any route of the server, under a prefix that pins the model: a rollout's
+  `trainer.grpo_generation.base_url` points here, so every OpenAI-route request of that rollout (the base's name,
+  the adapter's, the served name) samples the version the rollout's lease holds, not whichever is newest.
 - `POST /grpo/policy_versions {"fingerprints": [...]}` → `{"versions": [int|null, ...]}` — which version
   produced each sequence `/generate` returned (in_vllm/ledger.py).
 - `POST /grpo/sees`, `PUT /grpo/files/<dir>/<file>`, `DELETE /grpo/files/<dir>` — whether this server reads the
@@ -31,12 +37,14 @@ from __future__ import annotations
 import json
 import uuid
 from typing import Any
+from urllib.parse import unquote
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from grpo_plugin.in_vllm import uploads
 from grpo_plugin.in_vllm.ledger import Ledger
+from grpo_plugin.serverconfig import LEASE_PREFIX
 
 POLICY: dict[str, Any] = {"version": None, "model": None}
 LEDGER = Ledger()
@@ -49,6 +57,11 @@ def _error(status: int, message: str) -> JSONResponse:
 async def grpo_routes(request: Request, call_next):
     """vLLM `--middleware` function: answers our routes, passes everything else to vLLM."""
     path, method = request.url.path, request.method
+    pinned = None
+    if path.startswith(LEASE_PREFIX):  # a rollout's own base URL: its model pinned
+        pinned, path = _unpin(request)
+        if pinned is None:
+            return _error(404, f"{request.url.path}: expected {LEASE_PREFIX}<model>/<route>")
     if path == "/generate" and method == "POST":
         return await _generate(request)
     if path == "/grpo/policy":
@@ -59,29 +72,61 @@ async def grpo_routes(request: Request, call_next):
         return await uploads.sees(request)
     if path.startswith(uploads.PREFIX):
         return await uploads.files(request)
-    if path in OPENAI_ROUTES and method == "POST" and POLICY["model"] is not None:
-        await _serve_the_policy(request)
+    if path in OPENAI_ROUTES and method == "POST":
+        refused = await _serve_the_policy(request, pinned or POLICY["model"])
+        if refused is not None:
+            return refused
     return await call_next(request)
 
 
 OPENAI_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
 
-async def _serve_the_policy(request: Request) -> None:
-    """A request naming the base model is served by the announced adapter: its body's `model` replaced. Starlette
-    replays a body the middleware has read (`request._body`) to vLLM's handler; anything not a JSON object naming
-    a base model is left for vLLM to answer."""
+def _unpin(request: Request) -> tuple[str | None, str]:
+    """`/grpo/lease/<model>/<route>` -> (model, /<route>), the request's path rewritten to the route (vLLM's router
+    reads the scope this middleware was given)."""
+    rest = request.scope["path"][len(LEASE_PREFIX):]
+    model, sep, route = rest.partition("/")
+    if not model or not sep:
+        return None, request.scope["path"]
+    route = "/" + route
+    request.scope["path"], request.scope["raw_path"] = route, route.encode()
+    return unquote(model), route
+
+
+def _policy_name(name, served: dict, policy: str | None) -> str | None:
+    """The name a request for `name` is served under: `policy` for the base model, no model, or the adapter's name
+    without its version; `name` itself for any adapter version this server holds; None: not served here."""
+    if name in served and served[name] is not None:
+        return name  # an adapter version: the client chose it (the handle's lease names one)
+    if name is None or name in served:  # the base model (or vLLM's default)
+        return policy or name
+    if isinstance(name, str) and policy is not None and policy.startswith(f"{name}-v"):
+        return policy
+    return None
+
+
+async def _serve_the_policy(request: Request, policy: str | None) -> JSONResponse | None:
+    """Name the policy in the request's body (`_policy_name`), or refuse a model this server does not serve, naming
+    the one to use. Starlette replays a body the middleware has read (`request._body`) to vLLM's handler; anything
+    not a JSON object is left for vLLM to answer."""
     raw = await request.body()
     try:
         body = json.loads(raw)
     except ValueError:
-        return
+        return None
     if not isinstance(body, dict):
-        return
+        return None
     name, served = body.get("model"), _served(request)
-    if name is None or (isinstance(name, str) and name in served and served[name] is None):  # the base model
-        body["model"] = POLICY["model"]
+    use = _policy_name(name, served, policy)
+    if use is None:
+        default = policy or next((n for n, lora in served.items() if lora is None), None)
+        return _error(404, f"{request.url.path}: model {name!r} is not served here; name {default!r} (the policy "
+                           f"being trained; this server serves {sorted(served)})")
+    if use != name:
+        body["model"] = use
         request._body = json.dumps(body).encode()
+    return None
 
 
 async def _json_body(request: Request) -> dict | JSONResponse:

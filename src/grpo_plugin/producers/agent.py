@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import threading
 import time
+from urllib.parse import quote
 
 import torch
 from trl.trainer.utils import pad
 
+from grpo_plugin.producers.agent_onpolicy import RowCheck
 from grpo_plugin.producers.agent_output import (
     COMPLETIONS_KEY,
     ENVIRONMENTS_KEY,
@@ -45,6 +47,7 @@ from grpo_plugin.producers.local import LocalRolloutProducer, deferred_rollout
 from grpo_plugin.producers.rollout import Rollout
 from grpo_plugin.server.client import ServerError, ServerLost
 from grpo_plugin.server.group import replicas_of
+from grpo_plugin.serverconfig import LEASE_PREFIX
 
 
 class AgentGeneration:
@@ -67,8 +70,11 @@ class AgentGeneration:
 
     @property
     def base_url(self) -> str:
-        """The (first) server's URL, for OpenAI-compatible clients: `{base_url}/v1/completions`."""
-        return replicas_of(self._client)[0].base_url
+        """The (first) server's URL, for OpenAI-compatible clients: `{base_url}/v1/completions`. Within a training
+        rollout it pins the rollout's version: every model name a client finds there (the base's, the served name,
+        the adapter's) samples the weights the rollout's lease holds (in_vllm/routes.py)."""
+        url = replicas_of(self._client)[0].base_url
+        return f"{url}{LEASE_PREFIX}{quote(self._lease.model, safe='')}" if self._lease is not None else url
 
     def generate(self, prompt_ids: list[list[int]], n: int = 1, **sampling) -> list[list]:
         """`n` completions per token-id prompt (`server.client.Completion`: `token_ids`, `logprobs`,
@@ -145,9 +151,12 @@ def rollout_name(func) -> str:
 class AgentRolloutProducer(LocalRolloutProducer):
     """The local producer's prompts and rollout record; the rollout itself made by `rollout_func`."""
 
-    def __init__(self, *args, rollout_func, rollout_timeout: float | None, vocab_size: int, **kwargs):
+    def __init__(self, *args, rollout_func, rollout_timeout: float | None, vocab_size: int,
+                 offpolicy: tuple[float | None, str] = (0.5, "stop"), **kwargs):
+        """`offpolicy`: grpo.offpolicy_reject and grpo.offpolicy_action (producers/agent_onpolicy.py)."""
         super().__init__(*args, **kwargs)
         self.rollout_func, self.rollout_timeout, self.vocab_size = rollout_func, rollout_timeout, vocab_size
+        self.offpolicy = offpolicy
         self.name = rollout_name(rollout_func)
 
     def _call(self, prompts: list, generation: AgentGeneration, inputs: list[dict] | None = None):
@@ -194,7 +203,9 @@ class AgentRolloutProducer(LocalRolloutProducer):
         record = Rollout(wait_ms=rollout_ms, generate_ms=rollout_ms, policy_version=version,
                          server_rows=generation.server_rows if generation.calls else None,
                          agent={**agent_fields(rows, generation, spec.stop_token_ids), **own.get(METRICS_KEY, {})},
-                         environments=held)
+                         environments=held,
+                         onpolicy_check=RowCheck(self.name, *self.offpolicy, version=version, step=spec.step,
+                                                 prompts=prompts, first_row=spec.process_index * len(prompts)))
         return deferred_rollout(spec, tensors, tensors.pop("num_items_in_batch"), inputs,
                                 own.get(PROMPTS_KEY, prompts), rows.completion_ids, record,
                                 completions=own.get(COMPLETIONS_KEY))

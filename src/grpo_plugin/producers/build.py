@@ -37,7 +37,8 @@ def build_producer(args, train_dataset, settings, spec: GenerationSpec, *, host)
     local, extra = LocalRolloutProducer, {}
     if rollout_func is not None:
         local, extra = AgentRolloutProducer, dict(rollout_func=rollout_func, rollout_timeout=settings.rollout_timeout,
-                                                  vocab_size=spec.vocab_size)
+                                                  vocab_size=spec.vocab_size, offpolicy=(settings.offpolicy_reject,
+                                                                                         settings.offpolicy_action))
     producer = local(
         config=config,
         prompt_dataset=train_dataset,

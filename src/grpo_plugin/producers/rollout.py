@@ -92,6 +92,8 @@ class Rollout:
         rows, as axolotl gathered them): the producer's own replace them (less the groups the on-policy check
         rejects: `gather_object`, a collective, brings every rank's rows to the check), and the rewards of the
         batch's real rows are returned (padding rows have no score)."""
+        if self.onpolicy_check is not None:  # a rollout function's lag-0 rows (producers/agent_onpolicy.py)
+            self.agent = {**(self.agent or {}), **self.onpolicy_check.apply(data, data["advantages"], gather_object)}
         if self.advantages is None:
             return rewards
         real = rewards[: self.real_rows]

@@ -21,7 +21,7 @@ def _lora_sync(settings, client, shared: bool, gate) -> WeightSync:
 
     # ServedBase: over a quantized base (QLoRA), the server first gets the trainer's dequantized base
     lora = LoraSync(client, adapter_name=settings.adapter_name, sync_dir=settings.sync_dir, gate=gate,
-                    keep=settings.policy_lag_bound + 1, serve_last_after_close=shared)
+                    keep=settings.policy_lag_bound + 1, serve_last_after_close=shared, announce=not shared)
     return _fenced(ServedBase(lora, client, sync_dir=settings.sync_dir, rpc_timeout=settings.request_timeout),
                    settings, client, shared)
 

@@ -43,11 +43,14 @@ class LoraSync:
     reads = "trainable"  # the adapter: under ZeRO-3 only it is gathered for a push (sync/ranks.py)
 
     def __init__(self, client, *, adapter_name: str, sync_dir: str | None = None, gate: PolicyGate | None = None,
-                 keep: int = 2, serve_last_after_close: bool = False):
+                 keep: int = 2, serve_last_after_close: bool = False, announce: bool = False):
         """`serve_last_after_close`: others generate on the server too (Atropos environments, which the launcher
         stops after the trainer): the last version stays loaded when the run ends, so their requests keep
-        being answered by the final policy instead of failing until they are stopped."""
-        self.client = client
+        being answered by the final policy instead of failing until they are stopped. `announce`: tell the server
+        each new version's name (`/grpo/policy`), so that OpenAI-route requests naming the base model sample the
+        policy (in_vllm/routes.py); without other clients no fence is needed for it (the server fence announces
+        otherwise)."""
+        self.client, self.announce = client, announce
         self.serve_last_after_close = serve_last_after_close
         self.adapter_name = adapter_name
         self.gate = gate or PolicyGate()
@@ -126,6 +129,8 @@ class LoraSync:
             shutil.rmtree(target, ignore_errors=True)
             raise
         self._loaded.append(name)
+        if self.announce:
+            self.client.set_policy(step, name)
         for old in self._loaded[: -self.keep]:
             if not self.gate.in_use(old):  # a rollout still sampling with it keeps it until a later push
                 self._loaded.remove(old)
@@ -150,6 +155,9 @@ class LoraSync:
         aside when others still generate with it (`serve_last_after_close`); a server that is gone or slow is not
         waited for."""
         last = self._loaded[-1:] if self.serve_last_after_close else []
+        if self.announce and self._loaded:  # base-named requests sample the base model again
+            with contextlib.suppress(ServerError):
+                self.client.set_policy(self._version, None)
         for name in self._loaded:
             if name not in last:
                 with contextlib.suppress(ServerError):
