@@ -146,7 +146,7 @@ class Encoder:
             # and the object itself kept there for what only it knows (its methods, its fields' names)
             memo[id(x)] = len(memo)
             keep.append(x)
-            return ["SV", self.handle(x), self.describe(t), self._t(base(x), memo, keep, d)]
+            return ["SV", self.handle(x), self.describe(t), self._t(_raw(base, x), memo, keep, d)]
         if _is_namedtuple(t):
             return ["NT", self.describe(t), *[self._t(e, memo, keep, d) for e in x]]
         if isinstance(x, type) and x in _BUILTIN_TYPE_NAMES:
@@ -157,7 +157,7 @@ class Encoder:
         if isinstance(x, type):
             return ["K", self.describe(x)]
         if base is not None:  # a library's subclass of a plain type (an int with a name, a dict with helpers)
-            return self._t(base(x), memo, keep, depth)
+            return self._t(_raw(base, x), memo, keep, depth)
         memo[id(x)] = len(memo)
         keep.append(x)
         return ["O", self.handle(x), self.describe(t)]
@@ -166,13 +166,6 @@ class Encoder:
 PLAIN_BASES = (int, float, str, bytes, tuple, list, dict, set, frozenset)
 _NUMPY_KINDS = frozenset("biufc")  # numpy values that travel: booleans and numbers, scalars and arrays
 PROGRAM_MODULES = frozenset({"solution", "__main__"})  # where a program's own classes are defined
-# special methods of a program's subclass of a plain type that the judge asks of the program: what makes a new
-# value (arithmetic), its text, a dict's default for a missing key. What the value IS stays the plain type's
-# (equality, ordering, membership, hashing, length, items, iteration): one the program answered apart from its
-# value would decide a test's comparison (a list equal to everything, or of length 3 holding nothing)
-OVERRIDABLE = frozenset({f"__{p}{o}__" for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
-                                                 "and", "or", "xor", "lshift", "rshift") for p in ("", "r")} | {
-    "__neg__", "__pos__", "__abs__", "__str__", "__repr__", "__format__", "__missing__"})
 _VIEW_TAGS = {type({}.keys()): "dk", type({}.values()): "dv", type({}.items()): "di"}
 # the builtin types a value may name (`key=int`, `isinstance(x, str)` arguments, a function returning `float`): a
 # closed table, looked up by name on either side; any other class is the program's and stays a stand-in
@@ -180,6 +173,18 @@ BUILTIN_TYPES = {t.__name__: t for t in (int, float, complex, str, bytes, bytear
                                           frozenset, range, slice, object, type, memoryview)}
 _BUILTIN_TYPE_NAMES = {t: name for name, t in BUILTIN_TYPES.items()}
 _TEXTUAL, _NUMBERS = frozenset({str, bool, type(None)}), frozenset({int, float, bool})
+
+
+# a plain type's own value of an instance of its subclass, read with the plain type's own slots (never the
+# subclass's __str__, __iter__, __int__...: a value whose text or items differ from itself would pass a test)
+_RAW = {int: int.__int__, float: float.__float__, str: str.__str__, bytes: bytes.__bytes__,
+        tuple: lambda x: tuple(tuple.__iter__(x)), list: lambda x: list(list.__iter__(x)),
+        dict: lambda x: dict(dict.items(x)), set: lambda x: set(set.__iter__(x)),
+        frozenset: lambda x: frozenset(frozenset.__iter__(x))}
+
+
+def _raw(base: type, x):
+    return _RAW[base](x)
 
 
 def _plain_base(x):

@@ -26,6 +26,7 @@ import json
 import marshal
 import os
 import sys
+import types
 
 try:
     from . import codec, confine, wire
@@ -55,8 +56,12 @@ class Names(dict):
         self.judge, self.modules = judge, modules
 
     def __missing__(self, name):
+        """Resolved each time the test reads it, except what cannot change under it (a module, the program's
+        function or class, an object it keeps): a global the program rebinds (`reset()`) or a list it appends to
+        reads as it is now."""
         value = self.judge.resolve(name, name in self.modules)
-        self[name] = value
+        if isinstance(value, (types.ModuleType, Remote, RemoteMeta)):
+            self[name] = value
         return value
 
 
@@ -90,11 +95,15 @@ class Judge:
                 if attr is None:
                     return mod
                 try:
-                    return getattr(mod, attr)
+                    value = getattr(mod, attr)
                 except AttributeError:
-                    return __import__(f"{module}.{attr}", fromlist=["_"])
+                    value = __import__(f"{module}.{attr}", fromlist=["_"])
+                if isinstance(value, types.ModuleType):  # a module it imported: the real one
+                    return value
             except Exception:  # noqa: BLE001 - not importable here: the program's own
                 pass
+            # any other name it imported (`from math import gcd`, `from unittest.mock import ANY as result`) is
+            # a value of the program's like any other: asked of its process, rebuilt as data or a stand-in
         hit = self.kept.get(name)
         if hit is not None:
             return hit
@@ -262,6 +271,8 @@ def run_judge(job: dict, start: int, end: int, rpc_fd: int, verdict_fd: int, lim
         except OSError:
             pass
     if last is not None:
+        if judge.in_place and judge.strained:
+            judge.say("Q")  # this process ends after this job (serve): the server hands it no other
         judge.say(last)
     return judge.in_place and not judge.strained
 

@@ -11,11 +11,11 @@ import json
 
 try:
     from . import codec, wire
-    from .judge_stand_ins import ProgramFailed, Remote, RemoteMeta, StandIns, describe_exception
+    from .judge_stand_ins import Kept, ProgramFailed, RemoteMeta, StandIns, describe_exception
 except ImportError:  # in the jail: top-level modules beside forkserver.py
     import codec
     import wire
-    from judge_stand_ins import ProgramFailed, Remote, RemoteMeta, StandIns, describe_exception
+    from judge_stand_ins import Kept, ProgramFailed, RemoteMeta, StandIns, describe_exception
 
 
 class Program:
@@ -86,7 +86,7 @@ class Program:
     def keep_here(self, obj):
         """The encoder's hook: a callable or iterator of the test's (not the program's) stays here; the program
         gets a reference it calls back through."""
-        if isinstance(obj, (Remote, RemoteMeta)):
+        if isinstance(obj, (Kept, RemoteMeta)):
             return None
         iterator = hasattr(type(obj), "__next__")
         if not (iterator or callable(obj)):

@@ -94,11 +94,14 @@ class Service:
         dataclasses = sys.modules.get("dataclasses")
         if dataclasses is not None and isinstance(cls, type) and dataclasses.is_dataclass(cls):
             d["dc"] = [f.name for f in dataclasses.fields(cls)]  # asdict(), fields() in a test
-        if isinstance(cls, type) and issubclass(cls, codec.PLAIN_BASES) and cls.__module__ in codec.PROGRAM_MODULES:
-            # the program's subclass of a plain type: the special methods it defines over the plain type's own
-            # (a judge asks these of it; never __eq__, ordering, __contains__ or __hash__: codec.OVERRIDABLE)
-            d["o"] = sorted({k for c in cls.__mro__ if c.__module__ in codec.PROGRAM_MODULES for k in vars(c)}
-                            & codec.OVERRIDABLE)
+        if isinstance(cls, type):
+            if issubclass(cls, dict) and cls.__module__ in codec.PROGRAM_MODULES and any(
+                    "__missing__" in vars(c) for c in cls.__mro__ if c.__module__ in codec.PROGRAM_MODULES):
+                d["o"] = ["__missing__"]  # the program's dict subclass's default for a missing key
+            if getattr(cls, "__eq__", None) is not object.__eq__:
+                d["eq"] = True  # its objects compare by type and fields in a test; else by identity, as in Python
+            if hasattr(cls, "__await__"):
+                d["aw"] = True
         self.classes[id(cls)] = d
         bases = []
         for b in getattr(cls, "__bases__", ()):
@@ -172,10 +175,29 @@ class Service:
             args = self.encoder.tree(list(exc.args))
         except BaseException:  # noqa: BLE001
             args = ["L"]
-        payload = [self.describe(type(exc)), msg, args]
-        if type(exc).__module__ != "builtins":
-            payload.append(self.handle(exc))
-        self.reply("err", payload)
+        self.reply("err", self.exception(exc, msg, args))
+
+    def exception(self, exc: BaseException, msg: str, args, depth: int = 0) -> list:
+        """An exception as the judge rebuilds it: its class, message, arguments, the handle of the object when its
+        class is not built in (the judge asks it for its fields), and for a built-in one the attributes the program
+        gave it (`err.code = 3`); its `__cause__` (`raise ... from e`) likewise, a few deep."""
+        kept = self.handle(exc) if type(exc).__module__ != "builtins" else None
+        more: dict = {}
+        try:
+            own = vars(exc) if kept is None else {}
+            if own:
+                more["a"] = self.encoder.tree({k: v for k, v in own.items() if isinstance(k, str)
+                                               and not k.startswith("_")})
+            cause = exc.__cause__
+            if isinstance(cause, BaseException) and depth < 4:
+                try:
+                    cause_msg = str(cause)[:1000]
+                except BaseException:  # noqa: BLE001
+                    cause_msg = ""
+                more["c"] = self.exception(cause, cause_msg, self.encoder.tree(list(cause.args)), depth + 1)
+        except BaseException:  # noqa: BLE001 - the program's own objects: what could be sent is sent
+            pass
+        return [self.describe(type(exc)), msg, args, kept, more]
 
     def call(self, fn, a, k):
         args, kwargs = self.decoder.value(a), self.decoder.value(k)
@@ -226,13 +248,13 @@ class Service:
         one = _OPERATIONS.get(name)
         if one is not None:
             return one(obj, *args)
-        if name == "next":  # up to args[0] items: [items, finished]
+        if name == "next":  # up to args[0] items: [items, finished], and the value it finished with
             out = []
             for _ in range(int(args[0])):
                 try:
                     out.append(next(obj))
-                except StopIteration:
-                    return [out, True]
+                except StopIteration as stop:
+                    return [out, True, stop.value]
             return [out, False]
         if name.startswith("__") and name in _OPERATORS:  # arithmetic, and ordering between its own objects
             result = getattr(obj, name)(*args)
@@ -250,7 +272,31 @@ def _delitem(obj, key) -> None:
     del obj[key]
 
 
+def _exit(obj, told):
+    """`with obj:` in a test ends: its __exit__ told of the test's exception by built-in class and message."""
+    if told is None:
+        return bool(type(obj).__exit__(obj, None, None, None))
+    kind = getattr(builtins, str(told[0]), None)
+    if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+        kind = Exception
+    exc = kind(str(told[1]))
+    return bool(type(obj).__exit__(obj, kind, exc, None))
+
+
+def _await(obj):
+    """A test awaits the program's coroutine: it runs to its end here, in an event loop of its own."""
+    import asyncio
+
+    async def run():
+        return await obj
+
+    return asyncio.run(run())
+
+
 _OPERATIONS = {"len": len, "iter": iter, "list": list, "str": str, "repr": repr, "bool": bool,
+               "float": float, "int": int, "index": lambda obj: obj.__index__(), "complex": complex,
+               "round": lambda obj, n=None: round(obj, n), "vars": lambda obj: dict(vars(obj)),
+               "enter": lambda obj: type(obj).__enter__(obj), "exit": _exit, "await": _await,
                "getitem": lambda obj, key: obj[key], "setitem": _setitem, "delitem": _delitem,
                "contains": lambda obj, item: bool(item in obj), "format": lambda obj, spec: format(obj, str(spec)),
                "missing": lambda obj, key: type(obj).__missing__(obj, key),
