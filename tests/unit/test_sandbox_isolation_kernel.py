@@ -203,3 +203,27 @@ def test_a_judges_processes_share_one_memory_budget(sb_judge):
     assert res[0].passed[0] is False, res[0].detail
     peaks = [sb_judge.slot_cgroups.peak_bytes(k, "judge") for k in range(2)]
     assert max(peaks) > 100 << 20 and all(p <= 256 << 20 for p in peaks), peaks
+
+
+BIG_VALUE = "def add(a, b):\n    return list(range(a * 1_000_000))\n"  # 2M ints: more than a 100 MiB judge holds
+
+
+@pytest.fixture(scope="module")
+def sb1_small_judge():
+    """One slot, whose judge may have 100 MiB of address space: a value of 2M ints ends it (MemoryError in place)."""
+    with Sandbox(Limits(wall_s=5, judge_memory_mb=100), workers=1) as sandbox:
+        yield sandbox
+
+
+def test_a_judge_that_is_ending_is_handed_no_job(sb1_small_judge):
+    """Programs whose values run their judge out of memory in place, each followed by an honest program on the same
+    slot: the judge ends after such a job, and the next job goes to a new judge (never to the one ending, which
+    once failed every test of the honest program after it with "the judge process ended", or ended the fork
+    server with a SIGPIPE)."""
+    batch = [AssertSuite(BIG_VALUE, ["assert add(2, 0) == 3"]) if k % 2 == 0 else AssertSuite(ADD, TESTS)
+             for k in range(16)]
+    for _ in range(2):
+        res = sb1_small_judge.run_suites(batch, dedupe=False)
+        assert all(r.passed == [False] for r in res[0::2]), [r.detail for r in res[0::2]]
+        assert all(r.passed == [True] * 3 for r in res[1::2]), [r.detail for r in res[1::2]]
+    run_checked(sb1_small_judge, [])

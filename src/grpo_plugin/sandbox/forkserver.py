@@ -193,11 +193,8 @@ class ForkServer:
                 plans = self.plan()
                 tests = [plans.test(t) for t in job["tests"][start:end]] if job["mode"] == "asserts" else []
                 imports = plans.imports(job.get("source") or "")
-                judge_ = self.judges.for_slot(slot)
                 payload = marshal.dumps((text, start, end, tests, imports))
-                wire.send_message(judge_.ctrl, wire.frame(payload), [rj])
-                judge_.run = run
-                run.judge = judge_
+                self.judges.hand(slot, run, wire.frame(payload), rj)
         except OSError:
             if not forker.starting or forker.starting[-1][0] is not run:  # nothing started: the slot is free again
                 for fd in ours.values():

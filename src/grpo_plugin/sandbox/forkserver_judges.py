@@ -66,6 +66,22 @@ class Judges:
         self.by_slot[slot] = j
         return j
 
+    def hand(self, slot: int, run: Run, job: bytes, program_end: int) -> None:
+        """Hand `run`'s job (a framed message, with the program's end of its socket) to `slot`'s judge. A judge that
+        ended between jobs (its socket refuses the job) is replaced, and the job goes to the new one."""
+        for attempt in (0, 1):
+            j = self.for_slot(slot)
+            try:
+                wire.send_message(j.ctrl, job, [program_end])
+            except OSError:
+                if attempt:
+                    raise
+                j.jobs -= 1
+                self.retire(j)
+                continue
+            j.run, run.judge = run, j
+            return
+
     def retire(self, j: JudgeProcess) -> None:
         """Kill a judge (one of its jobs over-ran, or it served enough): the slot gets a new one when needed."""
         if self.by_slot.get(j.slot) is j:
@@ -85,6 +101,10 @@ class Judges:
         buf = j.buf + chunk
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
+            if line == b"Q":  # it ends after this job: the slot's next job goes to a new judge
+                if self.by_slot.get(j.slot) is j:
+                    del self.by_slot[j.slot]
+                continue
             if run is None or run.ending is not None:
                 continue
             if line == b"R":  # the program's process was lost in a test: the rest in a fresh one

@@ -70,12 +70,14 @@ def socketpair():
 def send_message(sock, data: bytes, fds=()) -> None:
     """`data` (with `fds` attached) on a stream socket: one sendmsg in the usual case, the rest of a long message
     as the socket takes it."""
+    nosig = _socket.MSG_NOSIGNAL  # a peer that is gone is an OSError (EPIPE) here, never a SIGPIPE that ends us
     if fds:
-        sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+        sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))],
+                            nosig)
     else:
-        sent = sock.send(data)
+        sent = sock.send(data, nosig)
     if sent < len(data):
-        sock.sendall(memoryview(data)[sent:])
+        sock.sendall(memoryview(data)[sent:], nosig)
 
 
 def recv_fds(sock, size: int, most: int) -> tuple[bytes, list[int]]:
