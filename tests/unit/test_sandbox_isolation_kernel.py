@@ -227,3 +227,43 @@ def test_a_judge_that_is_ending_is_handed_no_job(sb1_small_judge):
         assert all(r.passed == [False] for r in res[0::2]), [r.detail for r in res[0::2]]
         assert all(r.passed == [True] * 3 for r in res[1::2]), [r.detail for r in res[1::2]]
     run_checked(sb1_small_judge, [])
+
+
+# ---- what programs print costs the trainer and the fork server one test's output ----------------------------------
+FLOOD = "import sys\nsys.stdout.buffer.write(b'\\xff' * ((1 << 20) - 4096))\n"  # just under 1 MiB, invalid UTF-8
+
+
+def _peak_rss_reset(pid: int) -> int:
+    """Reset `pid`'s peak resident size to its current one (clear_refs 5); returns the current one (bytes)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+    return _status_kb(pid, "VmRSS") << 10
+
+
+def _status_kb(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def test_invalid_utf8_floods_cost_one_tests_output(sb4):
+    """4 programs x 32 stdin/stdout tests, each printing 1 MiB of b'\\xff': the output travels as bytes (never a
+    6-character escape per byte), each test's output is compared as it arrives and dropped, so the trainer's and the
+    fork server's peak memory grow by a few MiB, not by the batch's 128 MiB (let alone six times that). An honest
+    program's output still compares as text."""
+    server = sb4.fork_server_pid
+    if server <= 0:
+        pytest.skip("the fork server's pid is not visible here")
+    sb4.run_suites(honest())  # (its first batch warms up what it keeps for good)
+    base_trainer, base_server = _peak_rss_reset(os.getpid()), _peak_rss_reset(server)
+    res = sb4.run_suites([StdioSuite(FLOOD, [("", "x")] * 32) for _ in range(4)] + honest(), dedupe=False)
+    grew_trainer = (_status_kb(os.getpid(), "VmHWM") << 10) - base_trainer
+    grew_server = (_status_kb(server, "VmHWM") << 10) - base_server
+    assert all(r.passed == [False] * 32 for r in res[:4]), [r.detail[:2] for r in res[:4]]
+    assert all(d == "wrong answer" for r in res[:4] for d in r.detail), res[0].detail[:2]
+    assert [r.score for r in res[4:]] == [1.0] * 3, [r.detail for r in res[4:]]
+    print(f"peak RSS growth: trainer {grew_trainer >> 20} MiB, fork server {grew_server >> 20} MiB")
+    assert grew_trainer < 48 << 20, grew_trainer >> 20
+    assert grew_server < 48 << 20, grew_server >> 20

@@ -160,6 +160,12 @@ def make(slots: int, memory_bytes: int, processes: int, judge_memory_bytes: int 
                                     "controller")
         else:
             return None, "no cgroup hierarchy with the memory and pids controllers is mounted"
+        cpu = made.dirs.get("cpu") or (made.dirs["unified"] if made.unified and not made.cpu_missing else None)
+        if cpu is not None:  # the subtree weighs what its groups would weigh each on their own beside the
+            # machine's other processes (one group's weight would make all programs together one process there)
+            v1 = not made.unified
+            (cpu / ("cpu.shares" if v1 else "cpu.weight")).write_text(
+                str(min(2 * slots * (CPU_SHARES if v1 else CPU_WEIGHT), 262144 if v1 else 10000)))
         budgets = {"slot": (memory_bytes, processes),
                    "judge": (judge_memory_bytes or memory_bytes, judge_processes)}
         for k in range(slots):

@@ -16,6 +16,7 @@ that exposes and what to do.
 
 from __future__ import annotations
 
+import binascii
 import json
 import logging
 import os
@@ -271,25 +272,36 @@ class Sandbox:
                 groups.append([])
             groups[place[key]].append(k)
         results: list = [None] * len(suites)
+        matches: dict[int, dict[int, bool]] = {}  # suite -> test -> whether its output matched
+
+        def output(job: int, test: int, data: bytes) -> None:  # a stdin/stdout test's output, compared now
+            for k in groups[job]:
+                verdict = getattr(suites[k], "output_verdict", None)
+                if verdict is not None:
+                    matches.setdefault(k, {})[test] = verdict(test, data)
 
         def judge(job: int, reply: dict) -> None:  # each suite judges with its own comparison
             for k in groups[job]:
-                results[k] = suites[k].judge(reply)
+                got = matches.pop(k, {})
+                tests = [dict(t, match=got[i]) if i in got else t for i, t in enumerate(reply["tests"])]
+                results[k] = suites[k].judge({**reply, "tests": tests})
 
         with self._lock:
             try:
-                self._exchange(sent, judge)
+                self._exchange(sent, judge, output)
             except SandboxError:
                 self.close()
                 self._start()  # once: a fork server that died is replaced, the batch run again
-                self._exchange(sent, judge)
+                matches.clear()
+                self._exchange(sent, judge, output)
         self.last_unique = len(sent)
         return results
 
-    def _exchange(self, jobs: list[str], judge) -> None:
+    def _exchange(self, jobs: list[str], judge, output=None) -> None:
         """Send jobs (each already JSON) to the fork server; `judge(k, reply)` is called for job k's reply as it
-        arrives, and the reply (what the program printed per test) dropped: the trainer holds one job's output at
-        a time, whatever the batch's size."""
+        arrives, and `output(k, test, stdout)` for each stdin/stdout test's output (bytes) before it, as that
+        arrives; each is dropped then: the trainer holds one test's output at a time, whatever the batch's
+        size."""
         if self._proc is None or self._proc.poll() is not None:
             raise SandboxError(f"the sandbox's fork server is not running: {self._stderr_tail()}")
         first = self._next_id
@@ -314,6 +326,10 @@ class Sandbox:
             msg = json.loads(line)
             del line
             k = msg["id"] - first
+            if "out" in msg:
+                if output is not None:
+                    output(k, int(msg["out"]), binascii.a2b_base64(msg.pop("b64")))
+                continue
             judge(k, msg)
             answered.add(k)
             del msg

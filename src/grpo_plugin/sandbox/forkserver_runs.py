@@ -29,7 +29,9 @@ class Run:
         self.status: dict[str, int] = {}  # wait status of each process collected
         self.ending: str | None = None  # set (to why, "" for none) once it is being killed and collected
         self.fds: dict[str, int] = {}  # our read ends: "w" setup / stdio status, "out", "err"
-        self.buf = {"w": b"", "out": b"", "err": b""}
+        self.buf = {"w": b"", "out": bytearray(), "err": b""}
+        self.out_from = 0  # where in buf["out"] a mark may start that was not looked for yet
+        self.emit = None  # emit(test, stdout bytes): a stdin/stdout test's output, sent on as soon as it is whole
         self.current: int | None = start if self.stdio else None
         wall = job["wall_s"]
         self.deadline = time.monotonic() + (wall[start] if self.stdio else limits["wall_s"])
@@ -162,7 +164,8 @@ class Run:
                 and os.WEXITSTATUS(status) == 0:
             # a stdin/stdout program that ended its own process with status 0 (os._exit(0) after printing, as
             # fast contest solutions do): what it printed is its answer, as for any judge
-            t["status"], t["stdout"] = "returned", self.buf["out"].decode(errors="replace")
+            t["status"] = "returned"
+            self.emit(self.current, bytes(self.buf["out"]))
         if not t["status"]:
             t["status"], t["why"] = "killed", reason
         return self.current + 1 if self.current + 1 < self.end else None
@@ -194,13 +197,22 @@ class Run:
                 raise ProtocolError("a status line longer than 4 KiB")
             self.buf["w"] = buf
         elif which == "out" and self.stdio:
-            buf, mark = self.buf["out"] + chunk, self.mark
-            while (k := buf.find(mark)) >= 0 and (nl := buf.find(b"\n", k)) >= 0:
+            # bytes, bounded before anything reads them as text (the trainer decodes one test's output at a time)
+            buf, mark = self.buf["out"], self.mark
+            buf += chunk
+            while (k := buf.find(mark, self.out_from)) >= 0:
+                nl = buf.find(b"\n", k)
+                if nl < 0:  # the end of the mark's line is still to come
+                    self.out_from = k
+                    break
                 if self.current is not None:
-                    self.res["tests"][self.current]["stdout"] = buf[:k].decode(errors="replace")
-                self.on_status(buf[k + 1:nl])
-                buf = buf[nl + 1:]
-            self.buf["out"] = buf
+                    self.emit(self.current, bytes(buf[:k]))
+                line = bytes(buf[k + 1:nl])
+                del buf[:nl + 1]
+                self.out_from = 0
+                self.on_status(line)
+            else:  # no mark yet: the next search starts where one could begin (never read twice)
+                self.out_from = max(0, len(buf) - len(mark) + 1)
             if len(buf) > cap["output_bytes"] + len(mark) + 64:
                 raise ProtocolError(f"printed more than {cap['output_bytes'] >> 10} KiB")
         elif len(self.buf["err"]) < OUT_READ_CAP:  # diagnostics: the first KB, the rest read and dropped

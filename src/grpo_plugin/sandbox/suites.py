@@ -88,11 +88,18 @@ class StdioSuite:
         return {"code": self.code, "mode": "stdio", "tests": [{"input": str(stdin)} for stdin, _ in self.cases],
                 "wall_s": self.wall_s}
 
+    def output_verdict(self, test: int, stdout: bytes) -> bool:
+        """Whether test `test`'s output (the bytes the program printed, read as UTF-8, an invalid byte as U+FFFD)
+        matches; called as each output arrives, so only one is ever held as text."""
+        if not 0 <= test < len(self.cases):
+            return False
+        return outputs_match(stdout.decode("utf-8", "replace"), str(self.cases[test][1]), self.compare, self.tol)
+
     def judge(self, reply: dict) -> ProgramResult:
         passed, detail = [], []
         for case, t in zip(self.cases, reply["tests"]):
             if t["status"] == "returned":
-                ok = outputs_match(t.get("stdout", ""), str(case[1]), self.compare, self.tol)
+                ok = bool(t.get("match", False))
                 why = "passed" if ok else "wrong answer"
             else:
                 ok, why = False, t.get("why") or "the program ended the process"
