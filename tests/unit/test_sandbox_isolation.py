@@ -391,7 +391,7 @@ def test_outputs_are_judged_as_they_arrive(sb):
     held = []  # bytes of replies still alive when each reply is judged
     real = sb._exchange
 
-    def spy(jobs, judge_):
+    def spy(jobs, judge_, *outputs):  # (outputs: each test's stdout, compared as it arrives, never in a reply)
         alive: list = []
 
         def judge_and_watch(k, reply):
@@ -400,7 +400,7 @@ def test_outputs_are_judged_as_they_arrive(sb):
             judge_(k, reply)
             alive[-1] = None  # the reply is the exchange's to drop now
 
-        return real(jobs, judge_and_watch)
+        return real(jobs, judge_and_watch, *outputs)
 
     sb._exchange = spy
     try:

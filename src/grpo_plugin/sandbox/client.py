@@ -26,13 +26,14 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_plugin.sandbox import cgroups
+from grpo_plugin.sandbox import cgroups, package_data
 from grpo_plugin.sandbox import jail as jail_mod
 from grpo_plugin.sandbox.jail import SCRATCH, SCRIPT_DIR, Jail, JailUnavailable, accepted_missing
 from grpo_plugin.sandbox.suites import AssertSuite, ProgramResult, Suite
 
 FORK_SERVER = Path(__file__).with_name("forkserver.py")
 _log = logging.getLogger(__name__)
+HIDE_PLAN = "/grpo/hide.json"  # what the fork server hides (package_data.py), as the jail shows it
 _EXPOSES = {
     "identity": "programs would share the trainer's user id: inside their own namespaces they still see no other "
                 "process and no file outside the jail, but kernel limits counted per user (processes, signals "
@@ -151,15 +152,21 @@ class Sandbox:
         if self.slot_cgroups is not None:
             jail.binds = self.slot_cgroups.binds()
             limits["cgroup_dirs"] = self.slot_cgroups.jail_dirs()
+        # the packages' data files, hidden in the jail by the fork server (package_data.py)
+        hide = tempfile.NamedTemporaryFile("w", suffix=".json")  # noqa: SIM115 - removed once the server read it
+        json.dump(package_data.hidden(package_data.package_roots(jail.landlock_readable(), jail.site_dirs)), hide)
+        hide.flush()
+        jail.binds += ["--ro-bind", hide.name, HIDE_PLAN]
         try:
             cmd, fds = jail.command([jail.python, "-I", "-S", "-c", _launch(SCRIPT_DIR), json.dumps({
                 "limits": limits, "workers": self.workers, "scratch_root": SCRATCH,
                 "require_landlock": "landlock" not in accepted, "readable": jail.landlock_readable(),
                 "site_dirs": jail.site_dirs, "uids": jail.userns_fd >= 0, "seccomp": seccomp.hex(),
-                "slot_bytes": int(self.limits.scratch_mb) << 20,
+                "slot_bytes": int(self.limits.scratch_mb) << 20, "hide": HIDE_PLAN,
                 "huge_text": self.huge_text})])
         except JailUnavailable as exc:
             jail.close()
+            hide.close()
             self._remove_cgroups()
             raise SandboxUnavailable(f"the code sandbox cannot run on this machine: {exc}. {_HELP}") from None
         jail_mod.compile_modules(str(FORK_SERVER.parent))
@@ -170,6 +177,7 @@ class Sandbox:
             start_new_session=True)
         jail.close()  # bwrap holds the user namespace now
         hello = self._proc.stdout.readline()
+        hide.close()
         try:
             msg = json.loads(hello)
         except ValueError:
@@ -200,6 +208,9 @@ class Sandbox:
             layers.append(f"a memory ({self.limits.judge_memory_mb} MiB) and pids cgroup per judge")
             if not self.slot_cgroups.cpu_missing:
                 layers.append("a cpu cgroup per slot and per judge (equal weights)")
+        self.hidden_package_data = int(msg.get("hidden", -1))
+        if self.hidden_package_data >= 0:
+            layers.append(f"packages' data files hidden ({self.hidden_package_data} paths)")
         if msg.get("hidepid"):
             layers.append("/proc shows each user only its own processes")
         if abi:

@@ -219,6 +219,25 @@ def mount_tmpfs(path: str, size_bytes: int, inodes: int) -> None:
     _check(_MOUNT(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts), f"mount {path}")
 
 
+def hide_paths(empty_root: str, dirs: list[str], files: list[str]) -> list[str]:
+    """An empty directory over each of `dirs` and an empty file over each of `files`: bind mounts of a small
+    tmpfs made read-only at `empty_root` (the fork server's, at its start, in the jail's mount namespace, which every
+    process forked later shares: the packages' data files, package_data.py). Returns what could not be hidden."""
+    mount_tmpfs(empty_root, 1 << 16, 16)
+    os.chmod(empty_root, 0o755)
+    os.mkdir(f"{empty_root}/dir", 0o555)
+    os.close(os.open(f"{empty_root}/file", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o444))
+    _check(_MOUNT(None, empty_root.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+           f"remount {empty_root} read-only")
+    failed = []
+    for source, paths in ((f"{empty_root}/dir", dirs), (f"{empty_root}/file", files)):
+        src = source.encode()
+        for path in paths:
+            if _MOUNT(src, path.encode(), None, MS_BIND, None) != 0:
+                failed.append(f"{path}: {os.strerror(libc.get_errno())}")
+    return failed
+
+
 CLONE_NEWNS = 0x00020000
 
 

@@ -59,6 +59,7 @@ except ImportError:  # the fork server: forkserver.py imported as a top-level mo
 # template holds and every exit unmaps them (1 MB more of it: +1.5-2% CPU per program).
 PRELOAD = ("math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string", "typing", "json",
            "operator", "copy", "enum", "datetime", "unicodedata", "array", "io", "struct", "_sitebuiltins")
+HIDE_ROOT = "/grpo/empty"  # the empty directory and file bound over the packages' data (confine.hide_paths)
 # programs that may need a /dev/shm (POSIX semaphores: multiprocessing's locks and pools): each gets its own
 _SHM_USERS = re.compile(r"multiprocessing|concurrent\.futures|\bshared_memory\b")
 
@@ -414,12 +415,23 @@ def main() -> None:
     confine._PRCTL(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the fork server's memory is nobody's to read
     try:
         confine.hide_processes()
-        hidden = True
+        hidepid = True
     except OSError as exc:
-        hidden = False
+        hidepid = False
         sys.stderr.write(f"sandbox: /proc shows every process of the jail: {exc}\n")
     for why in confine.devices_read_only():
         sys.stderr.write(f"sandbox: a device stays writable as a file: {why}\n")
+    hidden = -1  # the packages' data files (package_data.py): how many paths are hidden, -1 where none could be
+    if config.get("hide"):
+        try:
+            with open(config["hide"], "rb") as f:
+                dirs, files = json.loads(f.read())
+            failed = confine.hide_paths(HIDE_ROOT, dirs, files)
+            hidden = len(dirs) + len(files) - len(failed)
+            for why in failed[:5]:
+                sys.stderr.write(f"sandbox: a package's data stays visible: {why}\n")
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"sandbox: the packages' data files stay visible: {exc}\n")
     huge_text = 0
     if config.get("huge_text", True):  # first: what it allocates and frees leaves no holes the children fill
         try:
@@ -443,7 +455,7 @@ def main() -> None:
         sys.stdout.flush()
         return
     sys.stdout.write(json.dumps({"ready": True, "landlock_abi": abi, "pid": os.getpid(), "huge_text": huge_text,
-                                 "slot_quotas": server.slots.quotas, "hidepid": hidden,
+                                 "slot_quotas": server.slots.quotas, "hidepid": hidepid, "hidden": hidden,
                                  "template_pids": [t.pid for t in server.templates]}) + "\n")
     sys.stdout.flush()
     server.serve()

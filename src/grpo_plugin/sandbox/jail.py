@@ -230,7 +230,8 @@ class Jail:
         for etc in ("/etc/ld.so.cache", "/etc/localtime"):
             if os.path.exists(etc):
                 cmd += ["--ro-bind", etc, etc]
-        cmd += ["--perms", "0755", "--dir", "/grpo", "--ro-bind", self.script_dir, SCRIPT_DIR, *self.binds,
+        cmd += ["--perms", "0755", "--dir", "/grpo", "--dir", "/grpo/empty", "--ro-bind", self.script_dir, SCRIPT_DIR,
+                *self.binds,
                 "--size", str(self.scratch_mb << 20), "--perms", "0711", "--tmpfs", SCRATCH, "--chdir", SCRATCH,
                 "--setenv", "LD_BIND_NOW", "1", "--", *argv]
         return cmd, fds
