@@ -18,7 +18,9 @@ the host's hooks that hand each job to the object that owns it:
   without axolotl's bf16 autocast (scoring.py); what differs between the supported axolotl releases goes through
   `compat.host` (how many values this hook returns).
 - evaluation (`eval_strategy`) stays TRL's, its generation served by `producers/evaluation.py` on the run's server
-  with the current step's weights; `log`: the sync figures beside axolotl's; `train`: a run stopped by its server,
+  with the current step's weights; with a tool loop, `_generate_and_score_completions` / `_generate` hand it the
+  batch's rows and the rewards its messages (agents/evaluation.py); while a rollout is scored, its environment
+  instances are TRL's `environments` (agents/environments.py `lent`); `log`: the sync figures beside axolotl's; `train`: a run stopped by its server,
   a sync or its rollout_func saves what it trained (checkpoints.py); a run that ends closes what it opened.
 """
 

@@ -2,9 +2,11 @@
 two-turn agent of rewards/toy_agent.py: the model answers, the environment replies, the model answers again), on
 the session servers, unmanaged (tests/conftest.py).
 
-- lora_sync, generating through the plugin's handle (`trainer.grpo_generation`): every turn sampled by the pinned
-  adapter version, so no model token is of unknown origin; on a server that cannot read the trainer's sync
-  directory (the adapter versions go over HTTP);
+- lora_sync, a third-party agent (tests/e2e/third_party_agent.py): its first turn through the plugin's handle
+  (`trainer.grpo_generation`), its second through the OpenAI route naming the base model as an OpenAI client finds
+  it, sampled by the adapter being trained all the same (the lag-0 logprob check holds), until it samples at another
+  temperature and the check stops the run; on a server that cannot read the trainer's sync directory (the adapter
+  versions go over HTTP);
 - restart (full weights, reloaded in place) with `trl.async_prefetch` (the function runs in axolotl's background
   thread while the step before trains), generating through the server's OpenAI completions route as NeMo Gym's
   agents do: every model token counted as of unknown origin (not generated through the handle), the reward rising
@@ -76,18 +78,38 @@ def _check(cfg: dict, log: str, *, handle: bool, prefetched: bool = False) -> li
     return recs
 
 
-def test_rollout_func_two_turns_through_the_handle_lora_sync(tmp_path, tiny_model_dir, tiny_data_file, cache_env,
-                                                           blind_server):
-    """On a server that cannot read the trainer's sync directory (tests/conftest.py `blind_server`, as a server on
-    another host): found before the first push (`grpo.weight_transport: auto`), every adapter version sent over
-    HTTP, every push verified."""
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, CONFIG, server=blind_server, max_steps=STEPS)
+def test_a_third_party_agent_on_the_openai_route_learns_in_lora_sync_until_it_goes_off_policy(
+        tmp_path, tiny_model_dir, tiny_data_file, cache_env, blind_server):
+    """tests/e2e/third_party_agent.py: turn 1 through the handle, turn 2 through the OpenAI route naming the first
+    model of /v1/models (the base model) on the server's plain address. In lora_sync that name samples the adapter
+    being trained: every model token of steps 1-12 agrees with the trainer's logprobs at lag 0 and the reward rises.
+    From step 13 the agent samples turn 2 at another temperature: the lag-0 check stops the run with the cause,
+    step 12 saved first. On a server that cannot read the trainer's sync directory (tests/conftest.py
+    `blind_server`, as a server on another host): every adapter version sent over HTTP, every push verified."""
+    from tests.e2e.third_party_agent import OFF_POLICY_FROM
+
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, CONFIG, server=blind_server, max_steps=STEPS,
+                           trl={"rollout_func": "tests.e2e.third_party_agent.handle_then_openai"})
     proc = train(path)
     log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-5000:]
-    _check(cfg, log, handle=True)
-    s = json.loads((Path(cfg["output_dir"]) / "grpo_summary.json").read_text())
-    assert [x["weight_transport"] for x in s["servers"]] == ["network"], s["servers"]
+    assert proc.returncode != 0, log[-3000:]
+    assert re.search(r"RolloutFuncError: trl\.rollout_func tests\.e2e\.third_party_agent\.handle_then_openai: \d+ "
+                     r"of 32 rows sampled at the weights this step trains \(policy version 12\) differ from the "
+                     r"trainer's logprobs by more than grpo\.offpolicy_reject=0\.5 nats/token", log), log[-4000:]
+    assert "another temperature than trl.temperature" in log
+    out = Path(cfg["output_dir"])
+    assert f"was saved to {out / f'checkpoint-{OFF_POLICY_FROM}'}" in log
+    recs = [json.loads(x) for x in (out / "grpo_metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == list(range(1, OFF_POLICY_FROM + 1))
+    assert all(r["sync_logprob_diff"] is not None and r["sync_logprob_diff"] <= 1e-4 for r in recs), recs
+    assert [r["policy_lag"] for r in recs] == [0] * OFF_POLICY_FROM
+    for r in recs:  # turn 2's tokens did not come through the handle, and were sampled by the policy all the same
+        assert r["agent_generate_calls"] == 1 and 0 < r["agent_unknown_origin_tokens"] < r["agent_model_tokens"], r
+        assert r["agent_logprob_gap_lag0"] < 1e-4 and r["agent_offpolicy_rows"] == 0, r
+    gaps = sampling_gaps(log)
+    assert len(gaps) == OFF_POLICY_FROM and max(gaps) < 1e-4, gaps
+    rewards = [r["reward_mean"] for r in recs]
+    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.2, rewards
     assert f"the vLLM server at {blind_server[1].base_url} cannot read the sync directory" in log
 
 

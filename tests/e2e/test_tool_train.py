@@ -10,7 +10,10 @@ example test (the rows of configs/agents/quickstart_code_agent.yaml, as its tran
 Checked: every push verified, every turn sampled by the weights the step trains, the share of rollouts that call a
 tool rising, the reward rising, the tool results in no loss (axolotl's `tool_mask`) and in no length metric, the
 `Vault` and `CodeAgent` reward columns (get_reward, read from each rollout's own instance) on their rows only, and
-`run_tests` calls executed in the sandbox, with the hidden tests passed by some program."""
+`run_tests` calls executed in the sandbox, with the hidden tests passed by some program. TRL's contract as users
+write for it (tests/e2e/trl_user_env.py): a `store` environment whose reset needs its row's column, a reward
+`looked(environments, **kwargs)`; and evaluation (4 held-out prompts, at the start and the end) on training's
+rollout path: named environments reset with their rows, tool messages reaching the rewards, the eval reward rising."""
 
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ from tests.e2e.test_axolotl_train import quickstart, train
 pytestmark = pytest.mark.e2e
 STEPS = 16
 ROWS = 32  # completions per step: 4 prompts x 8 generations
+# evaluation at the start and the end: 4 held-out prompts (of 192) x 8 generations, every environment on its rows
+EVAL = {"val_set_size": 0.02, "eval_strategy": "steps", "eval_steps": STEPS, "eval_batch_size": 32}
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +48,9 @@ def tool_model(tiny_model_dir, tmp_path_factory) -> tuple[Path, Path]:
     code_rows = tiny_tools.build_code_agent_task(root / "code_agent.jsonl", n=1).read_text().splitlines()
     code = transform(json.loads(code_rows[0]))  # as configs/agents/quickstart_code_agent.yaml's rows become
     rows = []
-    for i, r in enumerate(lookups):
-        rows.append({**r, "environment": ("vault", "desk")[i % 2]})
+    for i, r in enumerate(lookups):  # vault, desk, vault, store, ...: a store row carries its own `secret` column
+        env = ("vault", "desk", "vault", "store")[i % 4]
+        rows.append({**r, "environment": env, **({"secret": str(i % 10)} if env == "store" else {})})
         if i % 2:
             rows.append({**code, "environment": "code"})
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -55,10 +61,13 @@ def test_tools_and_environments_the_model_learns_to_call_lookup(tmp_path, tool_m
                                                                  full_weight_server):
     model, data = tool_model
     path, cfg = quickstart(tmp_path, model, data, "agents/quickstart_environment.yaml", server=full_weight_server,
-                           max_steps=STEPS, trl={"max_completion_length": 224}, learning_rate=1e-4,
+                           max_steps=STEPS, learning_rate=1e-4, **EVAL,
+                           trl={"max_completion_length": 224, "reward_funcs": [
+                               "rewards.toy_tools.answer_matches_tool", "tests.e2e.trl_user_env.looked"]},
                            grpo={"tools": ["rewards.toy_tools.lookup"], "max_tool_calling_iterations": 2,
                                  "environment_factory": {"vault": "rewards.toy_tools.Vault",
                                                          "desk": "rewards.toy_tools.Desk",
+                                                         "store": "tests.e2e.trl_user_env.Store",
                                                          "code": "rewards.code_agent.CodeAgent"}})
     proc = train(path)
     log = proc.stdout + proc.stderr
@@ -97,6 +106,19 @@ def test_tools_and_environments_the_model_learns_to_call_lookup(tmp_path, tool_m
     assert a["tool_call_rate_last_20pct"] > a["tool_call_rate_first_20pct"] + 0.1, a
     assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"], s
     assert a["per_tool"]["lookup"]["calls"] == sum(r.get("agent_tool/lookup/calls", 0) for r in recs) > 0, a
+    # TRL's environment contract: `looked(environments, **kwargs)` got the rows' own instances (it would have
+    # stopped the run on a private key); a store row's reset(secret=...) ran on its own column
+    looked = [float(d["rewards/looked/mean"]) for d in logged]
+    assert max(looked) > 0, looked
+    # evaluation on training's rollout path: at the start and the end, every environment reset with its row, the
+    # rewards given the tool messages (answer_matches_tool pays nothing without them), rising with training
+    evals = [json.loads(x) for x in (out / "grpo_eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [0, STEPS], evals
+    rewards = [e["reward"] for e in evals]
+    assert rewards[0] > 0 and rewards[-1] > rewards[0], rewards
+    eval_logs = [ast.literal_eval(m) for m in re.findall(r"\{'eval_loss': [^{}]*\}", log)]
+    assert len(eval_logs) == 2 and all("eval_agent_tool/lookup/calls" in d for d in eval_logs), eval_logs
+    assert any(float(d["eval_rewards/answer_matches_tool/mean"]) > 0 for d in eval_logs), eval_logs
     printed = report(out)  # `python -m grpo_plugin.metrics <output_dir>`, and the end of `axolotl train`
     assert "rollouts calling a tool" in printed and "lookup" in printed
     assert "rollouts calling a tool" in log

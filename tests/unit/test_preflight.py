@@ -63,6 +63,16 @@ def test_local_paths_are_checked_hub_ids_are_not(tmp_path, monkeypatch):
     assert "Fix the path, or use a Hugging Face model id" in config_problems(cfg)[0]
 
 
+def test_a_missing_demo_names_the_command_that_builds_it(tmp_path, monkeypatch):
+    """The agent quickstarts' model and data come from `--tool-warm-start` only; the others' from the plain build."""
+    monkeypatch.chdir(tmp_path)
+    tools = config_problems({"base_model": "./demo/tiny-qwen2-tools",
+                             "datasets": [{"path": "./demo/data/lookup.jsonl"}]})
+    assert len(tools) == 2 and all("`python -m grpo_plugin.tiny --out demo --tool-warm-start`" in p for p in tools)
+    plain = config_problems({"base_model": "./demo/tiny-qwen2", "datasets": [{"path": "./demo/data/digits.jsonl"}]})
+    assert len(plain) == 2 and all("`python -m grpo_plugin.tiny --out demo` (from" in p for p in plain), plain
+
+
 def test_checkpoint_numel_reads_the_safetensors_headers(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 

@@ -47,8 +47,14 @@ def looks_local(value: str) -> bool:
     return value.startswith(("./", "../", "/", "~")) or value in (".", "..")
 
 
+TOOL_DEMO = ("-tools", "lookup.jsonl", "code_agent.jsonl")  # what only `--tool-warm-start` builds
+
+
 def _demo_hint(value: str) -> str:
-    return f" Build the demo model and data first: `{TINY_BUILD}` (from the repo root)." if "demo/" in value else ""
+    if "demo/" not in value:
+        return ""
+    build = f"{TINY_BUILD} --tool-warm-start" if any(part in value for part in TOOL_DEMO) else TINY_BUILD
+    return f" Build the demo model and data first: `{build}` (from the repo root)."
 
 
 @contextmanager
