@@ -161,7 +161,7 @@ class ForkServer:
         slot = self.slots.take()
         forker = self.template_of(slot)
         run = Run(job, start, end, slot, nonce, self.limits, self.results[job["id"]])
-        run.emit = lambda test, data, job_id=job["id"]: self.output(job_id, test, data)
+        run.emit = lambda test, data, job_id=job["id"]: send_output(job_id, test, data)
         own_shm = _SHM_USERS.search(job["code"]) is not None
         ours: dict[str, int] = {}
         theirs: list[int] = []
@@ -297,14 +297,6 @@ class ForkServer:
         if self.pending[job["id"]] == 0:
             self.reply(job["id"])
 
-    def output(self, job_id: int, test: int, data: bytes) -> None:
-        """A stdin/stdout test's output, to the trainer now (a line of its own, before its job's reply): the bytes
-        as base64 (4/3 of their size whatever they hold; JSON would escape a control or invalid byte as 6
-        characters), so this process holds one test's output per running program, never a job's."""
-        sys.stdout.write(f'{{"id": {job_id}, "out": {test}, "b64": "'
-                         f'{binascii.b2a_base64(data, newline=False).decode("ascii")}"}}\n')
-        self.unsent = True
-
     def reply(self, job_id: int) -> None:
         del self.pending[job_id]
         sys.stdout.write(json.dumps(self.results.pop(job_id)) + "\n")
@@ -391,6 +383,15 @@ class ForkServer:
                     if why is not None or run.done:
                         self.finish(run, why)
         sys.stdout.flush()
+
+
+def send_output(job_id: int, test: int, data: bytes) -> None:
+    """A stdin/stdout test's output, to the trainer now (a line of its own, before its job's reply): the bytes as
+    base64 (4/3 of their size whatever they hold; JSON would escape a control or invalid byte as 6 characters), so
+    this process holds one test's output per running program, never a job's."""
+    sys.stdout.write(f'{{"id": {job_id}, "out": {test}, "b64": "'
+                     f'{binascii.b2a_base64(data, newline=False).decode("ascii")}"}}\n')
+    sys.stdout.flush()
 
 
 def _read(fd: int) -> bytes | None:
