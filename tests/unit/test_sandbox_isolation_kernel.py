@@ -289,23 +289,25 @@ def test_a_judges_processes_share_one_memory_budget(sb_judge):
     assert max(peaks) > 100 << 20 and all(p <= 256 << 20 for p in peaks), peaks
 
 
-BIG_VALUE = "def add(a, b):\n    return list(range(a * 1_000_000))\n"  # 2M ints: more than a 100 MiB judge holds
+BIG_VALUE = "def add(a, b):\n    return list(range(a * 550000))\n"  # 1.1M ints: more than an 80 MiB judge holds
+# the expected value a literal of 300k ints: the judge holds it for the job, so its end takes a while (the window
+# in which a judge that is ending could be handed the next job)
+BIG_TEST = "assert add(2, 0) == [" + ",".join(map(str, range(300000))) + "]"
 
 
 @pytest.fixture(scope="module")
 def sb1_small_judge():
-    """One slot, whose judge may have 100 MiB of address space: a value of 2M ints ends it (MemoryError in place)."""
-    with Sandbox(Limits(wall_s=5, judge_memory_mb=100), workers=1) as sandbox:
+    """One slot, whose judge may have 80 MiB of address space: a value of 1.1M ints ends it (MemoryError in
+    place)."""
+    with Sandbox(Limits(wall_s=8, judge_memory_mb=80), workers=1) as sandbox:
         yield sandbox
 
 
 def test_a_judge_that_is_ending_is_handed_no_job(sb1_small_judge):
     """Programs whose values run their judge out of memory in place, each followed by an honest program on the same
     slot: the judge ends after such a job, and the next job goes to a new judge (never to the one ending, which
-    once failed every test of the honest program after it with "the judge process ended", or ended the fork
-    server with a SIGPIPE)."""
-    batch = [AssertSuite(BIG_VALUE, ["assert add(2, 0) == 3"]) if k % 2 == 0 else AssertSuite(ADD, TESTS)
-             for k in range(16)]
+    failed the honest program after it with "the judge process ended (before the tests)")."""
+    batch = [AssertSuite(BIG_VALUE, [BIG_TEST]) if k % 2 == 0 else AssertSuite(ADD, TESTS) for k in range(12)]
     for _ in range(2):
         res = sb1_small_judge.run_suites(batch, dedupe=False)
         assert all(r.passed == [False] for r in res[0::2]), [r.detail for r in res[0::2]]
