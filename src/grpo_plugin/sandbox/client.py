@@ -154,7 +154,8 @@ class Sandbox:
             limits["cgroup_dirs"] = self.slot_cgroups.jail_dirs()
         # the packages' data files, hidden in the jail by the fork server (package_data.py)
         hide = tempfile.NamedTemporaryFile("w", suffix=".json")  # noqa: SIM115 - removed once the server read it
-        json.dump(package_data.hidden(package_data.package_roots(jail.landlock_readable(), jail.site_dirs)), hide)
+        to_hide = package_data.hidden(package_data.package_roots(jail.landlock_readable(), jail.site_dirs))
+        json.dump(to_hide, hide)
         hide.flush()
         jail.binds += ["--ro-bind", hide.name, HIDE_PLAN]
         try:
@@ -209,6 +210,10 @@ class Sandbox:
             if not self.slot_cgroups.cpu_missing:
                 layers.append("a cpu cgroup per slot and per judge (equal weights)")
         self.hidden_package_data = int(msg.get("hidden", -1))
+        if self.hidden_package_data < len(to_hide[0]) + len(to_hide[1]):
+            _log.warning("code sandbox: %d of the installed packages' data paths stay visible in the jail (%s)",
+                         len(to_hide[0]) + len(to_hide[1]) - max(0, self.hidden_package_data),
+                         self._stderr_tail()[-300:].strip() or "no reason given")
         if self.hidden_package_data >= 0:
             layers.append(f"packages' data files hidden ({self.hidden_package_data} paths)")
         if msg.get("hidepid"):
