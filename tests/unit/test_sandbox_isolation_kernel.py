@@ -134,6 +134,23 @@ def test_a_program_finds_no_solution_in_the_jail(sb1):
     assert "NameError" in res[1].detail[0], res[1].detail  # it ran to its end and found nothing to define
 
 
+def test_what_packages_need_to_run_stays_visible(sb1):
+    """Time zone files without a suffix (pytz's), a package's metadata (importlib.metadata) stay: a program using
+    them scores as outside the jail; its twin with the wrong offset does not."""
+    pytest.importorskip("pytz")
+    code = textwrap.dedent("""
+        import datetime, importlib.metadata, pytz
+        def offset(name):
+            assert importlib.metadata.version("pytz")
+            when = pytz.timezone(name).localize(datetime.datetime(2024, 1, 15, 12))
+            return when.utcoffset().total_seconds() / 3600
+        """)
+    tests = ["assert offset('Europe/Paris') == 1", "assert offset('Asia/Kolkata') == 5.5"]
+    res = run_checked(sb1, [AssertSuite(code, tests), AssertSuite(code.replace("/ 3600", "/ 3600 + 1"), tests)])
+    assert res[0].passed == [True, True], res[0].detail
+    assert res[1].passed == [False, False], res[1].detail
+
+
 # ---- nothing of a sibling in a program's memory ------------------------------------------------------------------
 # A program reads the memory it was born with (its template's heap, inherited at fork) for another program's
 # constant: it passes its test only if it finds one. Native code: the pages are probed with write(2) (into a pipe:
