@@ -97,7 +97,7 @@ class StdioSuite:
 
     def judge(self, reply: dict) -> ProgramResult:
         passed, detail = [], []
-        for case, t in zip(self.cases, reply["tests"]):
+        for t in reply["tests"][:len(self.cases)]:
             if t["status"] == "returned":
                 ok = bool(t.get("match", False))
                 why = "passed" if ok else "wrong answer"
