@@ -104,8 +104,10 @@ def test_a_third_party_agent_on_the_openai_route_learns_in_lora_sync_until_it_go
     assert all(r["sync_logprob_diff"] is not None and r["sync_logprob_diff"] <= 1e-4 for r in recs), recs
     assert [r["policy_lag"] for r in recs] == [0] * OFF_POLICY_FROM
     for r in recs:  # turn 2's tokens did not come through the handle, and were sampled by the policy all the same
-        assert r["agent_generate_calls"] == 1 and 0 < r["agent_unknown_origin_tokens"] < r["agent_model_tokens"], r
+        assert r["agent_generate_calls"] == 1 and r["agent_unknown_origin_tokens"] < r["agent_model_tokens"], r
         assert r["agent_logprob_gap_lag0"] < 1e-4 and r["agent_offpolicy_rows"] == 0, r
+    # (a turn-2 stretch equal to the start of a turn 1 the handle returned counts as known: the tiny model repeats)
+    assert sum(r["agent_unknown_origin_tokens"] for r in recs) > 0, recs
     gaps = sampling_gaps(log)
     assert len(gaps) == OFF_POLICY_FROM and max(gaps) < 1e-4, gaps
     rewards = [r["reward_mean"] for r in recs]
