@@ -14,34 +14,10 @@ import textwrap
 
 import pytest
 
-from grpo_plugin.sandbox import AssertSuite, CallSuite, Limits, Sandbox, StdioSuite
+from grpo_plugin.sandbox import AssertSuite, Limits, Sandbox, StdioSuite
+from tests.unit.test_sandbox_isolation import ADD, TESTS, honest, run_checked
 
 pytestmark = pytest.mark.timeout(300)
-
-ADD = "def add(a, b):\n    return a + b\n"
-WRONG_ADD = "def add(a, b):\n    return a - b\n"
-TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"]
-
-
-def honest() -> list:
-    return [AssertSuite(ADD, TESTS), CallSuite(ADD, "add", [([1, 2], 3), ([2, 2], 4)]),
-            StdioSuite("a, b = map(int, input().split())\nprint(a + b)\n", [("1 2\n", "3"), ("2 2\n", "4")])]
-
-
-def wrong() -> list:
-    return [AssertSuite(WRONG_ADD, TESTS), CallSuite(WRONG_ADD, "add", [([1, 2], 3), ([2, 2], 4)])]
-
-
-def run_checked(sb: Sandbox, suites: list) -> list:
-    """The suites with honest and wrong programs around them, in this batch and the next one."""
-    res = sb.run_suites(honest() + list(suites) + wrong(), dedupe=False)
-    later = sb.run_suites(honest() + wrong(), dedupe=False)
-    for batch in (res, later):
-        good, bad = batch[:3], batch[-2:]
-        assert [r.score for r in good] == [1.0] * 3, [r.detail for r in good]
-        assert all(r.score < 1.0 for r in bad), [r.detail for r in bad]
-    return res[3:3 + len(suites)]
-
 
 @pytest.fixture(scope="module")
 def sb1():
