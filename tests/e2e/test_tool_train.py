@@ -12,8 +12,9 @@ tool rising, the reward rising, the tool results in no loss (axolotl's `tool_mas
 `Vault` and `CodeAgent` reward columns (get_reward, read from each rollout's own instance) on their rows only, and
 `run_tests` calls executed in the sandbox, with the hidden tests passed by some program. TRL's contract as users
 write for it (tests/e2e/trl_user_env.py): a `store` environment whose reset needs its row's column, a reward
-`looked(environments, **kwargs)`; and evaluation (4 held-out prompts, at the start and the end) on training's
-rollout path: named environments reset with their rows, tool messages reaching the rewards, the eval reward rising."""
+`looked(environments, **kwargs)`; and evaluation (one held-out prompt per environment, at the start and the end) on
+training's rollout path: named environments reset with their rows, tool messages reaching the rewards, the eval
+reward rising."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ from tests.e2e.test_axolotl_train import quickstart, train
 pytestmark = pytest.mark.e2e
 STEPS = 16
 ROWS = 32  # completions per step: 4 prompts x 8 generations
-# evaluation at the start and the end: 4 held-out prompts (of 192) x 8 generations, every environment on its rows
-EVAL = {"val_set_size": 0.02, "eval_strategy": "steps", "eval_steps": STEPS, "eval_batch_size": 32}
+# evaluation at the start and the end: 4 held-out prompts (one per environment) x 8 generations
+EVAL = {"eval_strategy": "steps", "eval_steps": STEPS, "eval_batch_size": 32}
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +55,21 @@ def tool_model(tiny_model_dir, tmp_path_factory) -> tuple[Path, Path]:
         if i % 2:
             rows.append({**code, "environment": "code"})
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return tiny_tools.warm_start_tools(tiny_model_dir, root / "tiny-qwen2-tools"), data
+    # the eval set: one held-out prompt per environment (keys the training rows do not have)
+    evals = root / "eval.jsonl"
+    held_out = [{"prompt": [{"role": "user", "content": f"key {k}"}], "environment": env,
+                 **({"secret": "7"} if env == "store" else {})}
+                for k, env in (("zqy", "vault"), ("yxw", "desk"), ("wvu", "store"))] + [{**code, "environment": "code"}]
+    evals.write_text("".join(json.dumps(r) + "\n" for r in held_out))
+    return tiny_tools.warm_start_tools(tiny_model_dir, root / "tiny-qwen2-tools"), data, evals
 
 
 def test_tools_and_environments_the_model_learns_to_call_lookup(tmp_path, tool_model, cache_env,
                                                                  full_weight_server):
-    model, data = tool_model
+    model, data, evals = tool_model
     path, cfg = quickstart(tmp_path, model, data, "agents/quickstart_environment.yaml", server=full_weight_server,
                            max_steps=STEPS, learning_rate=1e-4, **EVAL,
+                           test_datasets=[{"path": str(evals), "ds_type": "json", "split": "train"}],
                            trl={"max_completion_length": 224, "reward_funcs": [
                                "rewards.toy_tools.answer_matches_tool", "tests.e2e.trl_user_env.looked"]},
                            grpo={"tools": ["rewards.toy_tools.lookup"], "max_tool_calling_iterations": 2,
@@ -119,6 +127,9 @@ def test_tools_and_environments_the_model_learns_to_call_lookup(tmp_path, tool_m
     eval_logs = [ast.literal_eval(m) for m in re.findall(r"\{'eval_loss': [^{}]*\}", log)]
     assert len(eval_logs) == 2 and all("eval_agent_tool/lookup/calls" in d for d in eval_logs), eval_logs
     assert any(float(d["eval_rewards/answer_matches_tool/mean"]) > 0 for d in eval_logs), eval_logs
+    for d in eval_logs:  # each environment evaluated on its row: a number in the Vault and CodeAgent columns
+        code, vault = float(d["eval_rewards/CodeAgent/mean"]), float(d["eval_rewards/Vault/mean"])
+        assert code == code and vault == vault, d  # not NaN: their rows were reset with their columns and scored
     printed = report(out)  # `python -m grpo_plugin.metrics <output_dir>`, and the end of `axolotl train`
     assert "rollouts calling a tool" in printed and "lookup" in printed
     assert "rollouts calling a tool" in log
