@@ -2,7 +2,7 @@
 
 The prompt is "key <letters>"; the model may call `lookup()` and then answer. The reward (`answer_matches_tool`)
 pays 1 when the final answer is exactly what the last tool call returned, 0.5 when the rollout called the tool and
-answered with a digit, 0 otherwise: only a rollout that calls the tool earns anything. `python -m grpo_plugin.tiny
+answered with a digit, 0 otherwise: only a rollout that calls the tool earns anything. `python -m grpo_plugin.demo
 --tool-warm-start` teaches the tiny model the call format (it calls in about half its rollouts, and answers with
 the tool's digit about as often as by chance: copying it is left to learn); GRPO raises the call rate and the
 reward.

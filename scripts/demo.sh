@@ -29,7 +29,7 @@ export AXOLOTL_DO_NOT_TRACK=1 WANDB_MODE=disabled HF_HUB_OFFLINE=1
 
 if [ ! -f demo/tiny-qwen2/model.safetensors ] || [ ! -f demo/data/digits.jsonl ]; then
   echo "[demo] building the tiny model, tokenizer and task data in ./demo (local, deterministic)"
-  python -m grpo_plugin.tiny --out demo
+  python -m grpo_plugin.demo --out demo
 fi
 OUT="outputs/quickstart_$MODE"
 CONFIG="configs/quickstart_$MODE.yaml"
@@ -38,13 +38,13 @@ if [ "$MODE" = tools ]; then
   CONFIG=configs/agents/quickstart_tools.yaml
   if [ ! -f demo/tiny-qwen2-tools/model.safetensors ] || [ ! -f demo/data/lookup.jsonl ]; then
     echo "[demo] teaching the tiny model the tool-call format (a short supervised run, ~1 min)"
-    python -m grpo_plugin.tiny --out demo --tool-warm-start
+    python -m grpo_plugin.demo --out demo --tool-warm-start
   fi
 fi
 if [ "$MODE" = atropos ]; then
   echo "[demo] python -m grpo_plugin.atropos.launch configs/quickstart_atropos.yaml  (logs: $OUT/atropos_logs/)"
   python -m grpo_plugin.atropos.launch configs/quickstart_atropos.yaml ${1:+--} "$@"
-  python -m grpo_plugin.metrics "$OUT"  # (the trainer printed it into its log)
+  python -m grpo_plugin.reporting "$OUT"  # (the trainer printed it into its log)
 else
   echo "[demo] axolotl train $CONFIG  (server log: $OUT/vllm_server.log)"
   axolotl train "$CONFIG" "$@"  # prints the run summary at its end

@@ -179,14 +179,14 @@ def cache_env(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from grpo_plugin.tiny import build_model
+    from grpo_plugin.demo.tiny import build_model
 
     return build_model(tmp_path_factory.mktemp("models") / "tiny-qwen2")
 
 
 @pytest.fixture(scope="session")
 def tiny_data_file(tmp_path_factory) -> Path:
-    from grpo_plugin.tiny import build_digit_task
+    from grpo_plugin.demo.tiny import build_digit_task
 
     return build_digit_task(tmp_path_factory.mktemp("data") / "digits.jsonl", n=128)
 

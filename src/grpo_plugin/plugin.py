@@ -12,14 +12,14 @@ from axolotl.integrations.base import BasePlugin
 
 from grpo_plugin.config.defaults import fill_defaults
 from grpo_plugin.config.lookups import settings_of
-from grpo_plugin.runtime import global_rank
+from grpo_plugin.config.runtime import global_rank
 
 LOG = logging.getLogger("grpo_plugin")
 
 
 class GRPOPlugin(BasePlugin):
     def get_input_args(self) -> str:
-        return "grpo_plugin.args.GRPOPluginArgs"
+        return "grpo_plugin.config.args.GRPOPluginArgs"
 
     def register(self, cfg) -> None:
         """Runs on the raw config before validation (also for `axolotl vllm-serve`). axolotl reads
@@ -63,7 +63,7 @@ class GRPOPlugin(BasePlugin):
 
     def post_trainer_create(self, cfg, trainer) -> None:
         # Runs just before axolotl picks the checkpoint to resume from: make it the newest COMPLETE one.
-        from grpo_plugin.checkpoints import settle_resume
+        from grpo_plugin.training.checkpoints import settle_resume
 
         settle_resume(cfg, rank=global_rank())
         acc = trainer.accelerator

@@ -2,8 +2,8 @@
 the host's hooks that hand each job to the object that owns it:
 
 - `__init__`: TRL's server client is not built (compat/trl_client.py); the run's vLLM server(s), its weight sync
-  (sync/session.py: gate, mode, guard, probe, versions), its step recorder (recorder.py) and its row scoring
-  (scoring.py) are made here and nowhere else.
+  (sync/session.py: gate, mode, guard, probe, versions), its step recorder (reporting/recorder.py) and its row
+  scoring (training/forward.py) are made here and nowhere else.
 - `_create_data_producer`: the producer (producers/build.py) gets what it needs once (producers/spec.py). Its
   rollouts are *deferred*: axolotl's main thread computes rewards, advantages, policy logprobs and the vLLM
   importance-sampling correction (never through TRL's `_generate_and_score_completions` nor axolotl 0.19's
@@ -15,13 +15,15 @@ the host's hooks that hand each job to the object that owns it:
   count the model's tokens (producers/model_tokens.py).
 - `_post_advantage_hook`: the producer's own advantages (Atropos) replace axolotl's; the rewards are recorded.
 - `_get_per_token_logps_and_entropies`, `compute_loss`: each row at its own sampling temperature, fp32 models
-  without axolotl's bf16 autocast (scoring.py); what differs between the supported axolotl releases goes through
-  `compat.host` (how many values this hook returns).
+  without axolotl's bf16 autocast (training/forward.py); what differs between the supported axolotl releases goes
+  through `compat.host` (how many values this hook returns).
 - evaluation (`eval_strategy`) stays TRL's, its generation served by `producers/evaluation.py` on the run's server
   with the current step's weights; with a tool loop, `_generate_and_score_completions` / `_generate` hand it the
   batch's rows and the rewards its messages (agents/evaluation.py); while a rollout is scored, its environment
-  instances are TRL's `environments` (agents/environments.py `lent`); `log`: the sync figures beside axolotl's; `train`: a run stopped by its server,
-  a sync or its rollout_func saves what it trained (checkpoints.py); a run that ends closes what it opened.
+  instances are TRL's `environments` (agents/environments.py `lent`).
+- `log`: the sync figures beside axolotl's.
+- `train`: a run stopped by its server, a sync or its rollout_func saves what it trained (training/checkpoints.py);
+  a run that ends closes what it opened.
 """
 
 from __future__ import annotations
@@ -37,12 +39,10 @@ from grpo_plugin.agents.attach import environment_rewards
 from grpo_plugin.agents.environments import lent, release
 from grpo_plugin.agents.evaluation import AgentEvaluation
 from grpo_plugin.atropos.fetcher import AtroposTimeout
-from grpo_plugin.checkpoints import save_after_failure
 from grpo_plugin.compat.host import host
 from grpo_plugin.compat.trl_client import without_trl_server_client
 from grpo_plugin.config.lookups import current_settings
 from grpo_plugin.config.schema import GRPOSettings
-from grpo_plugin.probe import SyncVerificationError
 from grpo_plugin.producers import build, model_tokens
 from grpo_plugin.producers.agent_output import RolloutFuncError
 from grpo_plugin.producers.evaluation import EvalGeneration
@@ -51,15 +51,17 @@ from grpo_plugin.producers.prefetch import PrefetchingProducer
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, record_of
 from grpo_plugin.producers.seeds import PromptSeeds
 from grpo_plugin.producers.spec import GenerationSpec, broadcast_from_rank_0, pad_token_id
-from grpo_plugin.recorder import StepMetricsCallback, StepRecorder
-from grpo_plugin.reward_log import RewardLog, weighted_rewards
-from grpo_plugin.scoring import RowScoring
+from grpo_plugin.reporting.recorder import StepMetricsCallback, StepRecorder
+from grpo_plugin.reporting.reward_log import RewardLog, weighted_rewards
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.server.connect import connect, require_whole_prefills, server_urls, wait_for_servers
 from grpo_plugin.server.recovery import ServerUnrecoverable
 from grpo_plugin.sync.base import ModelHandle, SyncError
+from grpo_plugin.sync.probe import SyncVerificationError
 from grpo_plugin.sync.ranks import for_accelerator as ranks_for
 from grpo_plugin.sync.session import SyncSession
+from grpo_plugin.training.checkpoints import save_after_failure
+from grpo_plugin.training.forward import RowScoring
 
 
 class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
@@ -175,7 +177,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
     # ---- scoring and the loss ------------------------------------------------------------------
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                            batch_size=None, compute_entropy=False, **kwargs):
-        """Each row at its own sampling temperature (scoring.py). Returns what the host's callers unpack
+        """Each row at its own sampling temperature (training/forward.py). Returns what the host's callers unpack
         (compat.host: 2 values on axolotl 0.19's scoring, 3 from 0.20 on and in TRL's evaluation)."""
         def at(temperature, ids, mask):
             return self._logps_at(temperature, model, ids, mask, logits_to_keep, batch_size, compute_entropy,
@@ -187,7 +189,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
     def _logps_at(self, temperature, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
                   **kwargs) -> tuple:
         """(logps, entropies, aux_loss), logits divided by `temperature` (None: the trainer's own) as TRL does; fp32
-        models through TRL's implementation, without axolotl's bf16 autocast (scoring.py), others axolotl's."""
+        models through TRL's implementation, without axolotl's bf16 autocast (training/forward.py), others axolotl's."""
         default = self.temperature
         self.temperature = default if temperature is None else temperature
         try:

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpo_plugin.metrics import report
+from grpo_plugin.reporting.metrics import report
 from rewards.toy_agent import ENV_REPLY
 from tests.e2e.test_axolotl_train import quickstart, sampling_gaps, train
 
@@ -73,7 +73,7 @@ def _check(cfg: dict, log: str, *, handle: bool, prefetched: bool = False) -> li
     assert s["all_syncs_verified"] is True, s
     assert s["reward_mean_last_20pct"] > s["reward_mean_first_20pct"] + 0.2, s
     assert s["agent"]["model_tokens"] == sum(r["agent_model_tokens"] for r in recs), s["agent"]
-    assert "agent: 2.00 model turns per rollout" in report(out)  # `python -m grpo_plugin.metrics <output_dir>`
+    assert "agent: 2.00 model turns per rollout" in report(out)  # `python -m grpo_plugin.reporting <output_dir>`
     assert not re.search(r"Traceback", log), log[-3000:]
     return recs
 

@@ -17,7 +17,7 @@ import pytest
 import requests
 import yaml
 
-from grpo_plugin.checkpoints import is_complete
+from grpo_plugin.training.checkpoints import is_complete
 from tests.conftest import ROOT, free_port
 from tests.e2e.test_axolotl_train import FAST, env, gone
 from tests.e2e.test_multiprocess_train import TWO_RANKS, assert_two_ranks

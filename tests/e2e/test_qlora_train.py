@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_plugin import probe
+from grpo_plugin.sync import probe
 from tests.e2e.test_axolotl_train import quickstart, train
 
 pytestmark = pytest.mark.e2e

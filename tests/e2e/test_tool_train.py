@@ -1,6 +1,6 @@
 """Tool calling through `axolotl train` (configs/agents/quickstart_environment.yaml with a standalone tool and more
 environments beside it): the tasks of rewards/toy_tools.py and the code agent of rewards/code_agent.py on the tiny
-model taught the call formats (`python -m grpo_plugin.tiny --tool-warm-start`), full fine-tuning (`restart`) on the
+model taught the call formats (`python -m grpo_plugin.demo --tool-warm-start`), full fine-tuning (`restart`) on the
 session's full-weight server, unmanaged (its first push loads the run's own weights). One run holds every way in:
 `grpo.tools: [lookup]` and `grpo.environment_factory: {vault: Vault, desk: Desk, code: CodeAgent}`, the dataset's
 `environment` column picking each prompt's — a vault row calls its own instance's `lookup()` (the method replaces
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_plugin.metrics import report
+from grpo_plugin.reporting.metrics import report
 from tests.e2e.test_axolotl_train import quickstart, train
 
 pytestmark = pytest.mark.e2e
@@ -39,14 +39,14 @@ EVAL = {"eval_strategy": "steps", "eval_steps": STEPS, "eval_batch_size": 32}
 def tool_model(tiny_model_dir, tmp_path_factory) -> tuple[Path, Path]:
     """The tiny model taught the tool-call formats, and the prompts: lookup rows alternating vault / desk, and
     one code row in three, as rewards.code_agent_transform makes them."""
-    from grpo_plugin import tiny_tools
+    from grpo_plugin.demo import tools
     from rewards.code_agent import code_agent_transform
 
     root = tmp_path_factory.mktemp("tools")
-    data = tiny_tools.build_tool_task(root / "lookup.jsonl", n=128)
+    data = tools.build_tool_task(root / "lookup.jsonl", n=128)
     lookups = [json.loads(x) for x in data.read_text().splitlines()]
     transform, _ = code_agent_transform()
-    code_rows = tiny_tools.build_code_agent_task(root / "code_agent.jsonl", n=1).read_text().splitlines()
+    code_rows = tools.build_code_agent_task(root / "code_agent.jsonl", n=1).read_text().splitlines()
     code = transform(json.loads(code_rows[0]))  # as configs/agents/quickstart_code_agent.yaml's rows become
     rows = []
     for i, r in enumerate(lookups):  # vault, desk, vault, store, ...: a store row carries its own `secret` column
@@ -61,7 +61,7 @@ def tool_model(tiny_model_dir, tmp_path_factory) -> tuple[Path, Path]:
                  **({"secret": "7"} if env == "store" else {})}
                 for k, env in (("zqy", "vault"), ("yxw", "desk"), ("wvu", "store"))] + [{**code, "environment": "code"}]
     evals.write_text("".join(json.dumps(r) + "\n" for r in held_out))
-    return tiny_tools.warm_start_tools(tiny_model_dir, root / "tiny-qwen2-tools"), data, evals
+    return tools.warm_start_tools(tiny_model_dir, root / "tiny-qwen2-tools"), data, evals
 
 
 def test_tools_and_environments_the_model_learns_to_call_lookup(tmp_path, tool_model, cache_env,
@@ -130,6 +130,6 @@ def test_tools_and_environments_the_model_learns_to_call_lookup(tmp_path, tool_m
     for d in eval_logs:  # each environment evaluated on its row: a number in the Vault and CodeAgent columns
         code, vault = float(d["eval_rewards/CodeAgent/mean"]), float(d["eval_rewards/Vault/mean"])
         assert code == code and vault == vault, d  # not NaN: their rows were reset with their columns and scored
-    printed = report(out)  # `python -m grpo_plugin.metrics <output_dir>`, and the end of `axolotl train`
+    printed = report(out)  # `python -m grpo_plugin.reporting <output_dir>`, and the end of `axolotl train`
     assert "rollouts calling a tool" in printed and "lookup" in printed
     assert "rollouts calling a tool" in log

@@ -23,11 +23,11 @@ def test_fsdp2_gather_gives_the_trained_weights_and_the_probe_forward_matches(tm
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from grpo_plugin import probe
     from grpo_plugin.bench.common import free_port, load_model
+    from grpo_plugin.demo.tiny import build_model
+    from grpo_plugin.sync import probe
     from grpo_plugin.sync.ranks import LeadFollow, fsdp2_gather
     from grpo_plugin.sync.restart import checkpoint_tensors
-    from grpo_plugin.tiny import build_model
 
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
                        ("MASTER_PORT", str(free_port()))):

@@ -9,9 +9,9 @@ import asyncio
 import pytest
 import requests
 
-from grpo_plugin import probe
 from grpo_plugin.in_vllm.ledger import fingerprint
 from grpo_plugin.server.client import ServerError
+from grpo_plugin.sync import probe
 from grpo_plugin.sync.lora import LoraSync
 from tests.integration.conftest import perturb_lora
 
@@ -191,8 +191,8 @@ def test_a_rollouts_base_url_pins_its_version_and_unknown_names_are_refused(vllm
     is the announced policy; a model the server does not serve is refused naming the one to use."""
     from urllib.parse import quote
 
+    from grpo_plugin.config.server import LEASE_PREFIX
     from grpo_plugin.server.client import VLLMServerClient
-    from grpo_plugin.serverconfig import LEASE_PREFIX
 
     _, client = vllm_server
     base = client.base_model()

@@ -17,10 +17,9 @@ import pytest
 import torch
 from transformers import TrainerState
 
-from grpo_plugin import probe
 from grpo_plugin.ipc.layout import UnmappedParameterError
 from grpo_plugin.server.process import ServerSpec, launch
-from grpo_plugin.sync import ProbeVerifier
+from grpo_plugin.sync import ProbeVerifier, probe
 from grpo_plugin.sync.base import SyncError
 from grpo_plugin.sync.ipc import IpcSync
 from tests.conftest import free_port

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_plugin import probe
-from grpo_plugin.sync import ProbeVerifier, SyncResult
+from grpo_plugin.sync import ProbeVerifier, SyncResult, probe
 from grpo_plugin.sync.lora import LoraSync
 from tests.integration.conftest import perturb_lora
 

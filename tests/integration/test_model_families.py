@@ -20,15 +20,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_plugin import probe
+from grpo_plugin.demo.tiny import FAMILIES, build_model
 from grpo_plugin.ipc.layout import UnmappedParameterError
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.process import ServerSpec, VLLMServerProcess
-from grpo_plugin.sync import ProbeVerifier
+from grpo_plugin.sync import ProbeVerifier, probe
 from grpo_plugin.sync.ipc import IpcSync
 from grpo_plugin.sync.lora import LoraSync
 from grpo_plugin.sync.restart import RestartSync
-from grpo_plugin.tiny import FAMILIES, build_model
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # two servers per family: ~2 min a family

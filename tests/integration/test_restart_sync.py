@@ -14,9 +14,8 @@ import psutil
 import pytest
 import torch
 
-from grpo_plugin import probe
 from grpo_plugin.server.process import ServerSpec, launch, port_in_use
-from grpo_plugin.sync import ProbeVerifier
+from grpo_plugin.sync import ProbeVerifier, probe
 from grpo_plugin.sync.restart import WEIGHTS_FILE, RestartSync, SyncError
 from tests.conftest import free_port
 
@@ -31,7 +30,7 @@ def _start(model_dir: Path, log: Path):
 
 @pytest.fixture(scope="module")
 def untied_model_dir(tmp_path_factory):
-    from grpo_plugin.tiny import build_model
+    from grpo_plugin.demo.tiny import build_model
 
     return build_model(tmp_path_factory.mktemp("models") / "tiny-untied", tie_word_embeddings=False)
 
@@ -159,7 +158,7 @@ def test_server_without_the_worker_extension_is_refused_before_any_rpc(servers, 
     """A server started without our extension (e.g. plain `vllm serve`) must be refused at prepare: calling a
     method its workers lack would kill its engine. The real server reports our extension; the fault is a
     server_info reply without it."""
-    from grpo_plugin.serverconfig import WORKER_EXTENSION
+    from grpo_plugin.config.server import WORKER_EXTENSION
 
     _, client, model_dir = servers["untied"]
     assert client.worker_extension() == WORKER_EXTENSION

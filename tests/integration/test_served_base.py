@@ -9,8 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_plugin import probe
-from grpo_plugin.sync import ProbeVerifier
+from grpo_plugin.sync import ProbeVerifier, probe
 from grpo_plugin.sync.lora import LoraSync
 from grpo_plugin.sync.served_base import ServedBase
 from tests.integration.conftest import perturb_lora

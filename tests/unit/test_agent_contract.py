@@ -17,6 +17,8 @@ from trl import GRPOTrainer
 from grpo_plugin.agents.environments import AgentFault, EnvironmentSet, lent, reward_function
 from grpo_plugin.agents.evaluation import AgentEvaluation
 from grpo_plugin.agents.tool_loop import ToolLoop
+from grpo_plugin.demo.tiny import build_tokenizer
+from grpo_plugin.demo.tools import TOOL_CALL
 from grpo_plugin.producers.agent import AgentRolloutProducer, rollout_name
 from grpo_plugin.producers.agent_onpolicy import RowCheck
 from grpo_plugin.producers.agent_output import (
@@ -26,8 +28,6 @@ from grpo_plugin.producers.agent_output import (
     RolloutFuncError,
     check_output,
 )
-from grpo_plugin.tiny import build_tokenizer
-from grpo_plugin.tiny_tools import TOOL_CALL
 from tests.unit.test_tool_loop import PROMPT, Script, seven
 
 CALL = TOOL_CALL.replace("lookup", "get") + "<|im_end|>"

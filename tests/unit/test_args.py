@@ -92,9 +92,9 @@ def test_ipc_defaults_and_server_spec(base_cfg, tmp_path):
 
 
 def test_ipc_is_accepted_on_a_cuda_machine_with_one_server(base_cfg, tmp_path, monkeypatch):
-    import grpo_plugin.serverconfig
+    import grpo_plugin.config.server
 
-    monkeypatch.setattr(grpo_plugin.serverconfig, "cuda_available", lambda: True)
+    monkeypatch.setattr(grpo_plugin.config.server, "cuda_available", lambda: True)
     monkeypatch.delenv("GRPO_IPC_CUDA", raising=False)  # the opt-in it once needed is gone, not just defaulted
     _ipc(base_cfg)
     assert load(copy.deepcopy(base_cfg), tmp_path).grpo["sync"] == "ipc"

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from grpo_plugin.atropos.launch import MAX_RESTARTS, Launch, LaunchError, served_cfg
+from grpo_plugin.config.runtime import SERVER_HOST
 from grpo_plugin.config.schema import GRPOSettings
-from grpo_plugin.runtime import SERVER_HOST
 from grpo_plugin.server.process import ServerSpec, VLLMServerProcess
 from tests.conftest import free_port
 

@@ -11,7 +11,7 @@ import torch
 from grpo_plugin.atropos import onpolicy
 from grpo_plugin.atropos.onpolicy import Origin
 from grpo_plugin.producers.rollout import AtroposBatch, Rollout
-from grpo_plugin.recorder import atropos_summary
+from grpo_plugin.reporting.recorder import atropos_summary
 
 STEP = 7
 

@@ -10,8 +10,15 @@ import pytest
 from axolotl.utils.dict import DictDefault
 from axolotl.utils.train import determine_last_checkpoint
 
-from grpo_plugin.checkpoints import TRAINER_STATE, CheckpointError, checkpoints, is_complete, plan_resume, settle_resume
 from grpo_plugin.plugin import GRPOPlugin
+from grpo_plugin.training.checkpoints import (
+    TRAINER_STATE,
+    CheckpointError,
+    checkpoints,
+    is_complete,
+    plan_resume,
+    settle_resume,
+)
 
 
 def _ckpt(out, step, complete=True):

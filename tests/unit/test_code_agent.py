@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from grpo_plugin.agents.environments import EnvironmentSet, reward_function
+from grpo_plugin.demo.tiny import build_tokenizer
 from grpo_plugin.producers.agent_output import COMPLETIONS_KEY, ENVIRONMENTS_KEY
-from grpo_plugin.tiny import build_tokenizer
 from rewards import code_agent_transform
 from rewards.code_agent import CodeAgent
 from tests.unit.test_tool_loop import Script, loop, trainer
@@ -115,17 +115,17 @@ def test_no_program_no_reward_and_unparsable_code_is_said(tok):
 
 
 def test_the_tiny_code_tasks_prompt_and_replies_are_what_the_transform_and_the_tool_make(tmp_path):
-    """The warm start (grpo_plugin/tiny_tools.py) teaches the format on the prompt and tool replies the CPU code
+    """The warm start (grpo_plugin/demo/tools.py) teaches the format on the prompt and tool replies the CPU code
     agent will meet: the transform's prompt for its rows, the sandbox's replies to its two programs."""
-    from grpo_plugin import tiny_tools
+    from grpo_plugin.demo import tools
 
     transform, _ = code_agent_transform()
-    rows = tiny_tools.build_code_agent_task(tmp_path / "code_agent.jsonl", n=1).read_text().splitlines()
+    rows = tools.build_code_agent_task(tmp_path / "code_agent.jsonl", n=1).read_text().splitlines()
     row = transform(json.loads(rows[0]))
-    assert row["prompt"] == [{"role": "system", "content": tiny_tools.CODE_SYSTEM},
-                             {"role": "user", "content": tiny_tools.CODE_PROMPT}]
+    assert row["prompt"] == [{"role": "system", "content": tools.CODE_SYSTEM},
+                             {"role": "user", "content": tools.CODE_PROMPT}]
     agent = CodeAgent()
     agent.reset(**{k: v for k, v in row.items() if k != "prompt"})
-    for code, said in tiny_tools.REPLIES.items():
+    for code, said in tools.REPLIES.items():
         assert agent.run_tests(code) == said
     assert agent.get_reward() == 0.0  # the last program run was the wrong one

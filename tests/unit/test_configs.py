@@ -4,7 +4,7 @@ No GPU and no model hub here: `base_model` is replaced by the local tiny model (
 DeepSpeed's process-group start-up is skipped as in `axolotl preprocess` (AXOLOTL_IS_PREPROCESS=1), because
 it needs NCCL. Everything else is validated as written, from a checkout after the documented setup steps (the
 plugin's validation checks that the data files the configs name exist): `data/gsm8k/train.jsonl` (docs/gpu.md)
-and `demo/data/digits.jsonl` (`python -m grpo_plugin.tiny --out demo`).
+and `demo/data/digits.jsonl` (`python -m grpo_plugin.demo --out demo`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def user_checkout(root, tiny_data_file=None):
             '"test_cases": ["assert add(1, 2) == 3"]}\n')
         (root / "demo" / "data").mkdir(parents=True)
         shutil.copy(tiny_data_file, root / "demo" / "data" / "digits.jsonl")
-        from grpo_plugin.tiny_tools import build_code_agent_task, build_tool_task
+        from grpo_plugin.demo.tools import build_code_agent_task, build_tool_task
 
         build_tool_task(root / "demo" / "data" / "lookup.jsonl", n=8)
         build_code_agent_task(root / "demo" / "data" / "code_agent.jsonl", n=8)
@@ -245,7 +245,7 @@ def test_a_config_whose_files_are_missing_fails_before_loading_naming_each(tiny_
     assert "'rewards.toy' has no 'digit_rewad'. Did you mean 'digit_reward'?" in msg
     assert "base_model: './demo/tiny-qwen2' does not exist" in msg
     assert "datasets[0].path: './demo/data/digits.jsonl' does not exist" in msg
-    assert msg.count("python -m grpo_plugin.tiny --out demo") == 2
+    assert msg.count("python -m grpo_plugin.demo --out demo") == 2
 
 
 def test_the_mode_list_and_default_are_one_table():

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_plugin import probe
 from grpo_plugin.server.client import ServerLost
+from grpo_plugin.sync import probe
 from grpo_plugin.sync.base import SyncResult
 from grpo_plugin.sync.gate import PolicyGate
 from grpo_plugin.sync.verify import DeferredVerifier, ProbeReply, ProbeVerifier
@@ -22,7 +22,7 @@ from grpo_plugin.sync.verify import DeferredVerifier, ProbeReply, ProbeVerifier
 def model(tmp_path_factory):
     from transformers import AutoModelForCausalLM
 
-    from grpo_plugin.tiny import build_model
+    from grpo_plugin.demo.tiny import build_model
 
     path = build_model(tmp_path_factory.mktemp("m") / "tiny")
     return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)

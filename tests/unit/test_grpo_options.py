@@ -1,5 +1,5 @@
-"""Every GRPO option of the installed host is accounted for (grpo_plugin/options.py), the docs table says the same,
-each refusal happens before the model loads, and the sampling options reach the vLLM server's request."""
+"""Every GRPO option of the installed host is accounted for (grpo_plugin/config/options.py), the docs table says the
+same, each refusal happens before the model loads, and the sampling options reach the vLLM server's request."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import trl
 from axolotl.utils.schemas.trl import TRLConfig
 
 from grpo_plugin.config.checks import check_cross_keys, trl_problems
-from grpo_plugin.options import (
+from grpo_plugin.config.options import (
     GENERATE_FIELDS,
     INHERITED,
     LOSS_TYPES,
@@ -41,8 +41,8 @@ SECTION = "## Every TRL GRPOConfig field and axolotl `trl:` key"
 def test_every_grpo_option_of_the_installed_host_is_accounted_for():
     """Walks the INSTALLED TRL and axolotl (a field one stack lacks is simply not walked)."""
     missing = sorted((TRL_FIELDS | AXOLOTL_KEYS) - set(OPTIONS))
-    assert not missing, (f"TRL {trl.__version__} / axolotl's trl: block have options grpo_plugin/options.py does not "
-                         f"account for (works, inherited or refused; and a row in docs/config.md): {missing}")
+    assert not missing, (f"TRL {trl.__version__} / axolotl's trl: block have options grpo_plugin/config/options.py "
+                         f"does not account for (works, inherited or refused; and a row in docs/config.md): {missing}")
     bad = {k: s for k, (s, _) in OPTIONS.items() if s not in (WORKS, INHERITED, REFUSED)}
     assert not bad, bad
 

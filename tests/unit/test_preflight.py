@@ -68,9 +68,9 @@ def test_a_missing_demo_names_the_command_that_builds_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     tools = config_problems({"base_model": "./demo/tiny-qwen2-tools",
                              "datasets": [{"path": "./demo/data/lookup.jsonl"}]})
-    assert len(tools) == 2 and all("`python -m grpo_plugin.tiny --out demo --tool-warm-start`" in p for p in tools)
+    assert len(tools) == 2 and all("`python -m grpo_plugin.demo --out demo --tool-warm-start`" in p for p in tools)
     plain = config_problems({"base_model": "./demo/tiny-qwen2", "datasets": [{"path": "./demo/data/digits.jsonl"}]})
-    assert len(plain) == 2 and all("`python -m grpo_plugin.tiny --out demo` (from" in p for p in plain), plain
+    assert len(plain) == 2 and all("`python -m grpo_plugin.demo --out demo` (from" in p for p in plain), plain
 
 
 def test_checkpoint_numel_reads_the_safetensors_headers(tiny_model_dir):

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from grpo_plugin import probe
-from grpo_plugin.metrics import STEP_FIELDS, MetricsWriter, report, summarize
+from grpo_plugin.reporting.metrics import STEP_FIELDS, MetricsWriter, report, summarize
+from grpo_plugin.sync import probe
 
 
 class Bigram(torch.nn.Module):
@@ -130,7 +130,7 @@ def test_listening_pid_finds_our_own_listener():
     import os
     import socket
 
-    from grpo_plugin.metrics import listening_pid
+    from grpo_plugin.reporting.metrics import listening_pid
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -142,7 +142,7 @@ def test_the_summary_names_bitsandbytes_optimizers_by_bits_and_paging():
     import bitsandbytes as bnb
     import torch
 
-    from grpo_plugin.metrics import optimizer_name
+    from grpo_plugin.reporting.metrics import optimizer_name
 
     params = [torch.nn.Parameter(torch.zeros(4))]
     assert optimizer_name(torch.optim.AdamW(params)) == "AdamW"

@@ -24,7 +24,7 @@ QUANTS = {
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from grpo_plugin.tiny import build_model
+    from grpo_plugin.demo.tiny import build_model
 
     return build_model(tmp_path_factory.mktemp("quant") / "tiny-qwen2")
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_plugin import probe
+from grpo_plugin.sync import probe
 from grpo_plugin.sync.ranks import FollowerStopped, LeadFollow, OneCopy, for_accelerator, selected
 
 

@@ -1,4 +1,4 @@
-"""The logged reward as TRL means it under `reward_weights` (grpo_plugin.reward_log)."""
+"""The logged reward as TRL means it under `reward_weights` (grpo_plugin.reporting.reward_log)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from grpo_plugin.reward_log import RewardLog, reward_stats, weighted_rewards
+from grpo_plugin.reporting.reward_log import RewardLog, reward_stats, weighted_rewards
 
 NAN = float("nan")
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from grpo_plugin.runtime import config_value, is_local, is_server_url, world_size
+from grpo_plugin.config.runtime import config_value, is_local, is_server_url, world_size
 
 
 @pytest.mark.parametrize("url, ok", [("http://127.0.0.1:8000", True), ("https://gpu-box:443/", True),
@@ -39,7 +39,7 @@ def test_a_config_value_from_a_dict_or_a_validated_object():
 def test_one_url_builder_for_a_server_bound_anywhere():
     """A server bound to every address (0.0.0.0, "", none given) is reached on the loopback; any other host as it is.
     Every client URL of a server the plugin starts or is told of is built here (grep finds no other conversion)."""
-    from grpo_plugin import runtime
+    from grpo_plugin.config import runtime
 
     for bind in ("0.0.0.0", "", None):
         assert runtime.connect_host(bind) == "127.0.0.1"

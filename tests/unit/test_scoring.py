@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo_plugin.scoring import RowScoring
+from grpo_plugin.training.forward import RowScoring
 
 
 @pytest.mark.parametrize("temps", [None, [0.75, 0.75, 0.75], [1.0, 0.5, 1.0]])

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_plugin.metrics import server_summary
+from grpo_plugin.reporting.metrics import server_summary
 from grpo_plugin.server.client import Completion, ServerError, VLLMServerClient
 from grpo_plugin.server.group import ServerGroup, replicas_of, shares
 from grpo_plugin.server.recovery import ServerGuard

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_plugin.metrics import STEP_FIELDS
 from grpo_plugin.producers.local import ITEMS_LOCAL, sum_over_ranks
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, AtroposBatch, PolicyLag, Rollout, record_of
-from grpo_plugin.recorder import StepRecorder, atropos_summary
+from grpo_plugin.reporting.metrics import STEP_FIELDS
+from grpo_plugin.reporting.recorder import StepRecorder, atropos_summary
 from grpo_plugin.sync.base import SyncResult
 
 
@@ -83,7 +83,7 @@ def test_each_environments_rows_and_reward_are_recorded_per_step_and_summarised(
     """Atropos with several environments: each step's record says how many rows each env_id had trained and their
     mean reward (padding rows excluded); the summary gives each environment's reward at the start and the end."""
     from grpo_plugin.atropos.onpolicy import Origin
-    from grpo_plugin.recorder import envs_summary
+    from grpo_plugin.reporting.recorder import envs_summary
 
     records = []
     for step, (r0, r1) in enumerate([(0.0, 0.5), (0.2, 0.5), (0.4, 0.5), (0.6, 0.5), (0.8, 0.5)]):

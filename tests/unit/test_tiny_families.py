@@ -6,7 +6,8 @@ import hashlib
 
 import pytest
 
-from grpo_plugin.tiny import FAMILIES, build_model, main
+from grpo_plugin.demo.__main__ import main
+from grpo_plugin.demo.tiny import FAMILIES, build_model
 
 
 def _load(path):

@@ -14,6 +14,8 @@ import pytest
 from grpo_plugin.agents.chat_format import MALFORMED, parse_turn, tool_suffix_ids
 from grpo_plugin.agents.environments import EnvironmentSet, reward_function
 from grpo_plugin.agents.tool_loop import ToolLoop
+from grpo_plugin.demo.tiny import build_tokenizer
+from grpo_plugin.demo.tools import TOOL_CALL
 from grpo_plugin.producers.agent_output import (
     COMPLETIONS_KEY,
     ENVIRONMENTS_KEY,
@@ -22,8 +24,6 @@ from grpo_plugin.producers.agent_output import (
     check_output,
 )
 from grpo_plugin.server.client import Completion
-from grpo_plugin.tiny import build_tokenizer
-from grpo_plugin.tiny_tools import TOOL_CALL
 from rewards import toy_tools
 
 PROMPT = [{"role": "user", "content": "key abc"}]
@@ -334,7 +334,7 @@ def test_tools_and_environments_are_checked_before_the_model_loads():
 
 def test_the_tokenizer_needs_a_response_parser(tok, tmp_path):
     from grpo_plugin.agents.chat_format import ensure_response_parser
-    from grpo_plugin.tiny import build_tokenizer
+    from grpo_plugin.demo.tiny import build_tokenizer
 
     ensure_response_parser(tok)  # the tiny tokenizer carries its own
     bare = build_tokenizer(tmp_path)

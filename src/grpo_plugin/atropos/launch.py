@@ -31,11 +31,11 @@ from urllib.parse import urlparse
 import requests
 import yaml
 
-from grpo_plugin import runtime
+from grpo_plugin.config import runtime
 from grpo_plugin.config.defaults import fill_defaults
 from grpo_plugin.config.lookups import settings_of
+from grpo_plugin.config.runtime import SERVER_PORT
 from grpo_plugin.config.schema import GRPOSettings
-from grpo_plugin.runtime import SERVER_PORT
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.process import (
     Progress,

@@ -27,9 +27,9 @@ import time
 from types import SimpleNamespace
 
 from grpo_plugin.bench.common import free_port, scratch, stack, stack_line
+from grpo_plugin.demo.tiny import MODEL_SIZES, build_model
 from grpo_plugin.producers.agent_output import check_output
 from grpo_plugin.server.process import ServerSpec, launch
-from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 REPLY = 8  # the environment's reply, tokens
 

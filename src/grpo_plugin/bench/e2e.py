@@ -33,9 +33,9 @@ from pathlib import Path
 import yaml
 
 from grpo_plugin.bench.common import free_port, scratch, stack, stack_line
+from grpo_plugin.demo.tiny import MODEL_SIZES, build_digit_task, build_model
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.process import VLLMServerProcess, spec_from_cfg
-from grpo_plugin.tiny import MODEL_SIZES, build_digit_task, build_model
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = {"lora_sync": "quickstart_lora_sync.yaml", "restart": "quickstart_restart.yaml",

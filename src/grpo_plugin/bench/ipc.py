@@ -32,9 +32,9 @@ from grpo_plugin.bench.common import (
     probe_token_ids,
     scratch,
 )
+from grpo_plugin.demo.tiny import MODEL_SIZES, build_model
 from grpo_plugin.server.process import ServerSpec, launch
 from grpo_plugin.sync.base import ModelHandle
-from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 ns = SimpleNamespace
 

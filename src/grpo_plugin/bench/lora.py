@@ -28,10 +28,10 @@ from grpo_plugin.bench.common import (
     stack,
     stack_line,
 )
+from grpo_plugin.config.server import lora_rank_for_vllm
+from grpo_plugin.demo.tiny import build_model
 from grpo_plugin.server.process import ServerSpec, launch
-from grpo_plugin.serverconfig import lora_rank_for_vllm
 from grpo_plugin.sync.base import ModelHandle
-from grpo_plugin.tiny import build_model
 
 
 def _axolotl_sync_fn(model, base_url: str, adapter_name: str):

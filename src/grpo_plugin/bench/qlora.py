@@ -26,9 +26,9 @@ import time
 import psutil
 
 from grpo_plugin.bench.common import free_port, perturb, probe_token_ids, scratch, stack, stack_line
+from grpo_plugin.demo.tiny import MODEL_SIZES, build_model
 from grpo_plugin.server.process import ServerSpec, launch
 from grpo_plugin.sync.base import ModelHandle
-from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 BASES = ("16-bit", "8-bit", "4-bit")
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -12,10 +12,10 @@ import sys
 import time
 
 from grpo_plugin.bench.common import free_port, pct, perturb, probe_token_ids, scratch, stack, stack_line
+from grpo_plugin.demo.tiny import MODEL_SIZES, build_model
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.server.process import ServerSpec, launch
 from grpo_plugin.sync.base import ModelHandle
-from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 # axolotl <= 0.19 syncs full weights over HTTP (its worker extension + weight_serde); axolotl 0.21 only over
 # NCCL, which needs CUDA: on the current stack the restart benchmark has no axolotl side to compare on CPU.

@@ -28,9 +28,9 @@ from grpo_plugin.bench.common import (
     stack,
     start_vllm_servers,
 )
+from grpo_plugin.demo.tiny import MODEL_SIZES, build_model
 from grpo_plugin.server.group import ServerGroup
 from grpo_plugin.sync.base import ModelHandle
-from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

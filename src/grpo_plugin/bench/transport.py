@@ -20,10 +20,10 @@ import time
 
 from grpo_plugin.bench.common import free_port, perturb, probe_token_ids, scratch, stack, stack_line
 from grpo_plugin.bench.netns import ServerInNamespace, VethLink
+from grpo_plugin.demo.tiny import MODEL_SIZES, build_model
 from grpo_plugin.server.files import SentFiles, SharedFiles
 from grpo_plugin.server.process import ServerSpec, launch
 from grpo_plugin.sync.base import ModelHandle
-from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 SIDES = ("shared", "network")
 

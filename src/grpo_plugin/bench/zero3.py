@@ -29,9 +29,9 @@ from grpo_plugin.bench.common import (
     stack,
     start_vllm_servers,
 )
+from grpo_plugin.demo.tiny import MODEL_SIZES, build_model
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.sync.base import ModelHandle
-from grpo_plugin.tiny import MODEL_SIZES, build_model
 
 ZERO3 = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
          "zero_allow_untested_optimizer": True}

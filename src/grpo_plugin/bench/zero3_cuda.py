@@ -22,8 +22,8 @@ import statistics
 import time
 
 from grpo_plugin.bench.common import free_port, load_model, scratch
-from grpo_plugin.storage import SyncDir
-from grpo_plugin.tiny import MODEL_SIZES, build_model
+from grpo_plugin.demo.tiny import MODEL_SIZES, build_model
+from grpo_plugin.sync.storage import SyncDir
 
 
 def run(size: str = "100m", repeats: int = 5) -> dict:
@@ -32,7 +32,7 @@ def run(size: str = "100m", repeats: int = 5) -> dict:
     import torch
     import transformers
 
-    from grpo_plugin import probe
+    from grpo_plugin.sync import probe
     from grpo_plugin.sync.ranks import LeadFollow, describe_gather, selected
     from grpo_plugin.sync.restart import WEIGHTS_FILE, checkpoint_tensors
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 
-from grpo_plugin.runtime import world_size
+from grpo_plugin.config.runtime import world_size
 
 
 def _no_cuda_peers() -> bool:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from urllib.parse import urlparse
 
-from grpo_plugin.options import (
+from grpo_plugin.config.options import (
     GENERATE_FIELDS,
     GENERATION_KWARGS_INSTEAD,
     LOSS_TYPES,
@@ -18,7 +18,7 @@ from grpo_plugin.options import (
     OPTIONS,
     REFUSED_WHEN_SET,
 )
-from grpo_plugin.runtime import SERVER_HOST, SERVER_PORT, config_value, is_local, world_size
+from grpo_plugin.config.runtime import SERVER_HOST, SERVER_PORT, config_value, is_local, world_size
 
 
 def check_cross_keys(data: dict) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from grpo_plugin.config.checks import ATROPOS_DATASET_MARKER, ENV_SCORE_REWARD, atropos_batch_size
-from grpo_plugin.runtime import SERVER_HOST, SERVER_PORT, world_size
+from grpo_plugin.config.runtime import SERVER_HOST, SERVER_PORT, world_size
 
 LOG = logging.getLogger("grpo_plugin")
 

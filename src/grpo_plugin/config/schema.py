@@ -2,8 +2,8 @@
 
 Everything the plugin reads lives under ONE top-level key, `grpo:`; the settings model forbids unknown keys, so a
 typo is an error instead of a silently dropped setting (axolotl's own models ignore unknown keys). axolotl merges
-`grpo_plugin.args.GRPOPluginArgs` (this schema, then the cross-key checks, the sync mode's rules and preflight) into
-its config model (`get_input_args`).
+`grpo_plugin.config.args.GRPOPluginArgs` (this schema, then the cross-key checks, the sync mode's rules and
+preflight) into its config model (`get_input_args`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from grpo_plugin.runtime import config_value, is_local, is_server_url, world_size
+from grpo_plugin.config.runtime import config_value, is_local, is_server_url, world_size
 
 SYNC_MODES = ("ipc", "lora_sync", "restart")  # the modes, and the one a config without `grpo.sync` gets:
 DEFAULT_SYNC = "lora_sync"  # the registry (sync/__init__.py) and the rules (sync/rules.py) are keyed by these

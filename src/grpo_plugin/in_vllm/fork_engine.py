@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from grpo_plugin.serverconfig import FORK_ENGINE_ENV as ENV  # the launcher sets it (server/process.py)
+from grpo_plugin.config.server import FORK_ENGINE_ENV as ENV  # the launcher sets it (server/process.py)
 
 ENTRY_POINT = "grpo_plugin_fork_engine"  # its name in pyproject.toml (for VLLM_PLUGINS allow-lists)
 

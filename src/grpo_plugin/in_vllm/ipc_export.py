@@ -23,8 +23,8 @@ from pathlib import Path
 
 # vLLM loads this module in every one of its processes, ipc or not: anything beyond the environment check is imported
 # only when GRPO_IPC_EXPORT asks for it (and the CUDA side only on CUDA).
-from grpo_plugin.serverconfig import IPC_EXPORT_ENV as ENV
-from grpo_plugin.serverconfig import IPC_SHARE_ENV as SHARE_ENV
+from grpo_plugin.config.server import IPC_EXPORT_ENV as ENV
+from grpo_plugin.config.server import IPC_SHARE_ENV as SHARE_ENV
 
 EXPORTED: dict | None = None  # this worker's manifest, once exported
 

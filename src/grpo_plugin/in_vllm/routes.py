@@ -42,9 +42,9 @@ from urllib.parse import unquote
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from grpo_plugin.config.server import LEASE_PREFIX
 from grpo_plugin.in_vllm import uploads
 from grpo_plugin.in_vllm.ledger import Ledger
-from grpo_plugin.serverconfig import LEASE_PREFIX
 
 POLICY: dict[str, Any] = {"version": None, "model": None}
 LEDGER = Ledger()

@@ -30,6 +30,7 @@ from urllib.parse import quote
 import torch
 from trl.trainer.utils import pad
 
+from grpo_plugin.config.server import LEASE_PREFIX
 from grpo_plugin.producers.agent_onpolicy import RowCheck
 from grpo_plugin.producers.agent_output import (
     COMPLETIONS_KEY,
@@ -47,7 +48,6 @@ from grpo_plugin.producers.local import LocalRolloutProducer, deferred_rollout
 from grpo_plugin.producers.rollout import Rollout
 from grpo_plugin.server.client import ServerError, ServerLost
 from grpo_plugin.server.group import replicas_of
-from grpo_plugin.serverconfig import LEASE_PREFIX
 
 
 class AgentGeneration:

@@ -37,9 +37,9 @@ from grpo_plugin.atropos.spool import Spool
 from grpo_plugin.config import lookups
 from grpo_plugin.config.checks import atropos_batch_size, evaluates
 from grpo_plugin.config.preflight import import_callable
+from grpo_plugin.config.runtime import world_size
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, TEMPERATURES, AtroposBatch, PolicyLag, Rollout
 from grpo_plugin.producers.spec import GenerationSpec
-from grpo_plugin.runtime import world_size
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.process import Progress, wait_until
 

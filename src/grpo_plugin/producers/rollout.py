@@ -1,7 +1,7 @@
 """What a producer tells the trainer about one rollout besides its tensors: one typed record under one key.
 
 Every `produce()` puts a `Rollout` in the rollout dict under `ROLLOUT_KEY`. The trainer takes it on its main thread
-when it scores the rollout (trainer.py `_compute_deferred_scores`): the step recorder (recorder.py) counts its
+when it scores the rollout (trainer.py `_compute_deferred_scores`): the step recorder (reporting/recorder.py) counts its
 timings, policy version and server rows; the producer's own advantages, when it has them (Atropos), replace the ones
 axolotl derives from the rewards (`_post_advantage_hook`). The key starts with "_", so axolotl's micro-batches never
 carry it (its streaming split skips such keys; the trainer removes it after scoring).

@@ -19,7 +19,7 @@ from typing import Any
 import requests
 from requests.adapters import HTTPAdapter
 
-from grpo_plugin.options import GENERATE_FIELDS
+from grpo_plugin.config.options import GENERATE_FIELDS
 from grpo_plugin.server.files import SharedFiles, chunks
 
 

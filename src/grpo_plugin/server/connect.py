@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
-from grpo_plugin import runtime
+from grpo_plugin.config import runtime
 from grpo_plugin.server import managed
 from grpo_plugin.server.client import ServerError, VLLMServerClient
 from grpo_plugin.server.group import ServerGroup, replicas_of

@@ -21,12 +21,10 @@ from pathlib import Path
 
 import psutil
 
-from grpo_plugin import runtime
+from grpo_plugin.config import runtime
 from grpo_plugin.config.lookups import settings_of
-from grpo_plugin.runtime import SERVER_HOST, SERVER_PORT
-from grpo_plugin.server.client import VLLMServerClient
-from grpo_plugin.server.tether import tethered
-from grpo_plugin.serverconfig import (
+from grpo_plugin.config.runtime import SERVER_HOST, SERVER_PORT
+from grpo_plugin.config.server import (
     FORK_ENGINE_ENV,
     IPC_ENTRY_POINT,
     IPC_EXPORT_ENV,
@@ -37,7 +35,9 @@ from grpo_plugin.serverconfig import (
     lora_rank_for_vllm,
     trainer_dtype,
 )
-from grpo_plugin.storage import SyncDir
+from grpo_plugin.server.client import VLLMServerClient
+from grpo_plugin.server.tether import tethered
+from grpo_plugin.sync.storage import SyncDir
 
 
 class ServerStartError(RuntimeError):

@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from grpo_plugin.serverconfig import WORKER_EXTENSION
+from grpo_plugin.config.server import WORKER_EXTENSION
 
 if TYPE_CHECKING:
     from grpo_plugin.server.client import VLLMServerClient

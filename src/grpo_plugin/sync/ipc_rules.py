@@ -3,10 +3,10 @@ and ONE vLLM worker on this machine rules out. No torch here: it runs when the c
 
 from __future__ import annotations
 
-from grpo_plugin import serverconfig
+from grpo_plugin.config import server
 from grpo_plugin.config.checks import uses_fsdp
+from grpo_plugin.config.runtime import config_value, is_local
 from grpo_plugin.config.schema import server_count
-from grpo_plugin.runtime import config_value, is_local
 
 
 def check(data: dict, settings) -> None:
@@ -31,11 +31,11 @@ def check(data: dict, settings) -> None:
             problems.append(f"`vllm.{key}: {config_value(vllm, key)}`: ipc shares the weights of ONE vLLM worker "
                             f"(>1 splits or replicates them). Set vllm.{key}: 1, or use grpo.sync: restart.")
     servers = server_count(settings)
-    if servers > 1 and serverconfig.cuda_available():
+    if servers > 1 and server.cuda_available():
         problems.append(f"{servers} servers: on CUDA ipc shares one GPU's weights with one server (several servers "
                         "mapping one GPU copy is built only for vLLM-CPU). Use one server, or grpo.sync: restart / "
                         "lora_sync with several.")
-    want = serverconfig.trainer_dtype(data)
+    want = server.trainer_dtype(data)
     have = config_value(vllm, "dtype")
     aliases = {"bfloat16": ("bfloat16", "bf16"), "float16": ("float16", "fp16", "half"), "float32": ("float32",
                                                                                                       "fp32", "float")}

@@ -26,9 +26,9 @@ from peft import get_peft_model_state_dict
 from safetensors.torch import save_file
 
 from grpo_plugin.server.client import ServerError
-from grpo_plugin.storage import SyncDir
 from grpo_plugin.sync.base import SyncResult
 from grpo_plugin.sync.gate import PolicyGate
+from grpo_plugin.sync.storage import SyncDir
 
 LOG = logging.getLogger("grpo_plugin")
 CONFIG = "adapter_config.json"

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 from accelerate.utils import broadcast_object_list
 
-from grpo_plugin import probe
+from grpo_plugin.sync import probe
 
 READS = ("trainable", "all")  # which parameters a mode's push reads: the adapter (lora_sync) or every weight
 

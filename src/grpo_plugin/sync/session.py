@@ -27,10 +27,10 @@ from grpo_plugin.config.schema import GRPOSettings
 from grpo_plugin.server import files
 from grpo_plugin.server.group import replicas_of
 from grpo_plugin.server.recovery import ServerGuard
-from grpo_plugin.storage import sync_root
 from grpo_plugin.sync import build_weight_sync
 from grpo_plugin.sync.base import ModelHandle, SyncResult
 from grpo_plugin.sync.gate import PolicyGate
+from grpo_plugin.sync.storage import sync_root
 from grpo_plugin.sync.verify import DeferredVerifier, ProbeVerifier
 
 if TYPE_CHECKING:

@@ -32,8 +32,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from grpo_plugin import probe
 from grpo_plugin.server.group import replicas_of
+from grpo_plugin.sync import probe
 
 if TYPE_CHECKING:
     from grpo_plugin.server.client import VLLMServerClient

@@ -1,4 +1,4 @@
-"""The tool-calling demos' tiny model and data (`python -m grpo_plugin.tiny --tool-warm-start`, docs/agents.md):
+"""The tool-calling demos' tiny model and data (`python -m grpo_plugin.demo --tool-warm-start`, docs/agents.md):
 the tiny model taught the tool-call format by a short supervised run, and the tasks' prompts.
 
 - lookup (rewards/toy_tools.py): "key <letters>"; the model may call `lookup()` and answer with its digit;
@@ -74,7 +74,7 @@ def _schemas():
 def warm_start_tools(model_dir: str | Path, out_dir: str | Path, *, steps: int = 200, seed: int = 0) -> Path:
     """A copy of the tiny model taught the tool-call formats (deterministic). Only the model's tokens are trained
     (tool results are not)."""
-    import torch  # here: `python -m grpo_plugin.tiny --help` stays light
+    import torch  # here: `python -m grpo_plugin.demo --help` stays light
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     lookup, run_tests = _schemas()

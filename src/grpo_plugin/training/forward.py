@@ -1,4 +1,5 @@
-"""How the trainer scores a rollout's rows (the policy logprobs of deferred scoring, and the loss's forward).
+"""The trainer's forward over a rollout's rows, each at its own sampling temperature: the policy logprobs of
+deferred scoring and the loss's forward (not reward scoring: that is producers/ and rewards/).
 
 - Per-row temperatures: an Atropos rollout carries each sequence's sampling temperature (`temperatures`). TRL
   divides the logits by the trainer's one `temperature`, so the rows are scored in groups of equal temperature,

@@ -286,10 +286,3 @@ def optimizer_name(optimizer) -> str | None:
         paged = " paged" if getattr(inner, "is_paged", False) else ""
         name = f"bitsandbytes {name}" + (f" {bits}-bit" if bits else "") + paged
     return name
-
-
-if __name__ == "__main__":
-    import sys
-
-    print(report(sys.argv[1] if len(sys.argv) > 1 else "."))
-

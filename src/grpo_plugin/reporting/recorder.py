@@ -20,9 +20,9 @@ from urllib.parse import urlparse
 
 from transformers import TrainerCallback
 
-from grpo_plugin import runtime
+from grpo_plugin.config import runtime
 from grpo_plugin.config.lookups import loaded_cfg
-from grpo_plugin.metrics import (
+from grpo_plugin.reporting.metrics import (
     MetricsWriter,
     eval_record,
     listening_pid,

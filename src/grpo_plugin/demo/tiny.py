@@ -13,7 +13,6 @@ with the features where weight syncing breaks silently switched on (`FAMILIES`):
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from pathlib import Path
@@ -57,7 +56,7 @@ def _byte_char(b: int) -> str:
 
 
 def build_tokenizer(out_dir: str | Path):
-    # here, and torch below: `python -m grpo_plugin.tiny --help` and the data builder stay light
+    # here, and torch below: `python -m grpo_plugin.demo --help` and the data builder stay light
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -173,33 +172,3 @@ def build_digit_task(out_file: str | Path, n: int = 512, seed: int = 0) -> Path:
             word = "".join(rng.choice(letters) for _ in range(rng.randint(3, 8)))
             f.write(json.dumps({"prompt": f"{word} = "}) + "\n")
     return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", default="demo",
-                    help="output directory (model in <out>/tiny-<family>, data in <out>/data)")
-    ap.add_argument("--family", choices=sorted(FAMILIES), default="qwen2",
-                    help="architecture (default: qwen2); see the module docstring for what each switches on")
-    ap.add_argument("--untied", action="store_true", help="untied lm_head (default: the family's)")
-    ap.add_argument("--size", choices=sorted(MODEL_SIZES), default="tiny", help="model shape (default: tiny)")
-    ap.add_argument("--tool-warm-start", action="store_true",
-                    help="also write <out>/tiny-<family>-tools (taught the tool-call format) and "
-                    "<out>/data/lookup.jsonl, code_agent.jsonl, for the tool-calling demos (docs/agents.md)")
-    args = ap.parse_args(argv)
-    name = f"tiny-{args.family}" if args.size == "tiny" else f"{args.family}-{args.size}"
-    model_dir = build_model(Path(args.out) / name, family=args.family,
-                            tie_word_embeddings=False if args.untied else None, **MODEL_SIZES[args.size])
-    data = build_digit_task(Path(args.out) / "data" / "digits.jsonl")
-    print(f"tiny model: {model_dir}\ntask data:  {data}")
-    if args.tool_warm_start:
-        from grpo_plugin import tiny_tools  # here: the tool demo's builders, only when asked for
-
-        tools_dir = tiny_tools.warm_start_tools(model_dir, Path(args.out) / f"{name}-tools")
-        data_dir = Path(args.out) / "data"
-        print(f"tool model: {tools_dir}\ntool data:  {tiny_tools.build_tool_task(data_dir / 'lookup.jsonl')}, "
-              f"{tiny_tools.build_code_agent_task(data_dir / 'code_agent.jsonl')}")
-
-
-if __name__ == "__main__":
-    main()
