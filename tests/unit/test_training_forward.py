@@ -1,4 +1,4 @@
-"""scoring.py without a trainer: each row is scored at its own sampling temperature, in one forward when they
+"""training/forward.py without a trainer: each row is scored at its own sampling temperature, in one forward when they
 share one, else one per temperature (the forward is a stand-in that shows which temperature scored which row)."""
 
 from __future__ import annotations
