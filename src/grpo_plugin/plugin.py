@@ -19,7 +19,7 @@ LOG = logging.getLogger("grpo_plugin")
 
 class GRPOPlugin(BasePlugin):
     def get_input_args(self) -> str:
-        return "grpo_plugin.config.args.GRPOPluginArgs"
+        return "grpo_plugin.args.GRPOPluginArgs"
 
     def register(self, cfg) -> None:
         """Runs on the raw config before validation (also for `axolotl vllm-serve`). axolotl reads

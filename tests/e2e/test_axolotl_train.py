@@ -83,8 +83,8 @@ def managed_pid(log: str) -> int:
 
 
 def sync_dirs(mode: str) -> set[Path]:
-    """The sync directories of `mode` in the default root (grpo_plugin/sync/storage.py: /dev/shm, else the temp dir)."""
-    from grpo_plugin.sync.storage import default_sync_root
+    """The sync directories of `mode` in the default root (config/storage.py: /dev/shm, else the temp dir)."""
+    from grpo_plugin.config.storage import default_sync_root
 
     return set(default_sync_root().glob(f"grpo_plugin-{mode}-*"))
 
@@ -92,7 +92,7 @@ def sync_dirs(mode: str) -> set[Path]:
 def left_behind(mode: str, before: set[Path]) -> set[Path]:
     """Sync directories of `mode` created since `before` whose owning process is gone: what a finished run left
     behind. A live one belongs to a run still going (another pytest worker's) and is not counted."""
-    from grpo_plugin.sync.storage import owner_pid
+    from grpo_plugin.config.storage import owner_pid
 
     return {d for d in sync_dirs(mode) - before if not psutil.pid_exists(owner_pid(d) or 0)}
 

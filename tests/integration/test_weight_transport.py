@@ -11,12 +11,12 @@ import os
 
 import pytest
 
+from grpo_plugin.config.storage import default_sync_root
 from grpo_plugin.server import files
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.sync import ProbeVerifier
 from grpo_plugin.sync.lora import LoraSync
 from grpo_plugin.sync.restart import InPlaceReload
-from grpo_plugin.sync.storage import default_sync_root
 from tests.integration.conftest import perturb_lora
 
 pytestmark = pytest.mark.integration

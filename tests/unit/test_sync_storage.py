@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
+from grpo_plugin.config.storage import SyncDir, SyncStorageError, remove_stale
 from grpo_plugin.sync.restart import checkpoint_tensors
-from grpo_plugin.sync.storage import SyncDir, SyncStorageError, remove_stale
 
 
 def _dead_pid() -> int:

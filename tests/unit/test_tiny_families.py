@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-
 from grpo_plugin.demo.__main__ import main
+
 from grpo_plugin.demo.tiny import FAMILIES, build_model
 
 

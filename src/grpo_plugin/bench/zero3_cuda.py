@@ -22,8 +22,8 @@ import statistics
 import time
 
 from grpo_plugin.bench.common import free_port, load_model, scratch
+from grpo_plugin.config.storage import SyncDir
 from grpo_plugin.demo.tiny import MODEL_SIZES, build_model
-from grpo_plugin.sync.storage import SyncDir
 
 
 def run(size: str = "100m", repeats: int = 5) -> dict:

@@ -9,7 +9,7 @@ directory), local paths (a value that starts with `./`, `../`, `/` or `~`, or a 
 sync directory (writable; for full-weight modes, room for one copy of the weights, sized from the local
 checkpoint's safetensors headers). Hub ids are left to the hub.
 
-`GRPOPluginArgs` (grpo_plugin/config/args.py, what axolotl merges into its config model) runs these after the cross-key
+`GRPOPluginArgs` (grpo_plugin/args.py, what axolotl merges into its config model) runs these after the cross-key
 checks and the sync mode's own rules.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 from grpo_plugin.config.request_check import request_problems
 from grpo_plugin.config.schema import DEFAULT_SYNC
 from grpo_plugin.config.server import trainer_dtype
-from grpo_plugin.sync.storage import default_sync_root
+from grpo_plugin.config.storage import default_sync_root
 
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
 TINY_BUILD = "python -m grpo_plugin.demo --out demo"  # builds ./demo/tiny-qwen2 and ./demo/data (quickstarts)

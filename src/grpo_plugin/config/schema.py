@@ -2,7 +2,7 @@
 
 Everything the plugin reads lives under ONE top-level key, `grpo:`; the settings model forbids unknown keys, so a
 typo is an error instead of a silently dropped setting (axolotl's own models ignore unknown keys). axolotl merges
-`grpo_plugin.config.args.GRPOPluginArgs` (this schema, then the cross-key checks, the sync mode's rules and
+`grpo_plugin.args.GRPOPluginArgs` (this schema, then the cross-key checks, the sync mode's rules and
 preflight) into its config model (`get_input_args`).
 """
 

@@ -27,7 +27,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from grpo_plugin.sync.storage import SEES_PREFIX, SyncDir
+from grpo_plugin.config.storage import SEES_PREFIX, SyncDir
 
 PREFIX = "/grpo/files/"
 CHUNK = 8 << 20  # bytes hashed and written at a time, off the server's event loop

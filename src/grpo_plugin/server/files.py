@@ -18,7 +18,7 @@ import secrets
 import threading
 from pathlib import Path
 
-from grpo_plugin.sync.storage import SEES_PREFIX
+from grpo_plugin.config.storage import SEES_PREFIX
 
 LOG = logging.getLogger("grpo_plugin")
 CHUNK = 8 << 20  # bytes per read of the file being sent

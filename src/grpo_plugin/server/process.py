@@ -35,9 +35,9 @@ from grpo_plugin.config.server import (
     lora_rank_for_vllm,
     trainer_dtype,
 )
+from grpo_plugin.config.storage import SyncDir
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.tether import tethered
-from grpo_plugin.sync.storage import SyncDir
 
 
 class ServerStartError(RuntimeError):

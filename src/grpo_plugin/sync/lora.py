@@ -25,10 +25,10 @@ from pathlib import Path
 from peft import get_peft_model_state_dict
 from safetensors.torch import save_file
 
+from grpo_plugin.config.storage import SyncDir
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.sync.base import SyncResult
 from grpo_plugin.sync.gate import PolicyGate
-from grpo_plugin.sync.storage import SyncDir
 
 LOG = logging.getLogger("grpo_plugin")
 CONFIG = "adapter_config.json"

@@ -1,7 +1,7 @@
 """`grpo.sync: restart` — full fine-tuning; the trainer writes the weights as a checkpoint and vLLM loads it.
 
 Per push the trainer writes every weight (deduplicated: a tied lm_head is written once, as the embedding) as
-one safetensors file into its private sync directory (grpo_plugin/sync/storage.py: /dev/shm by default; the previous
+one safetensors file into its private sync directory (grpo_plugin/config/storage.py: /dev/shm by default; the previous
 file is replaced, so the directory never holds more than one copy). Then one of two strategies
 (`grpo.restart_strategy`) makes the server serve it:
 
@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from transformers import AutoConfig, GenerationConfig
 
+from grpo_plugin.config.storage import SyncDir
 from grpo_plugin.server import managed
 from grpo_plugin.server.client import ServerError
 from grpo_plugin.server.group import replicas_of
@@ -34,7 +35,6 @@ from grpo_plugin.sync.base import (
     full_weight_model,
     require_worker_extension,
 )
-from grpo_plugin.sync.storage import SyncDir
 
 WEIGHTS_FILE = "model.safetensors"
 RELOAD_METHOD = "grpo_reload_weights"

@@ -1,5 +1,5 @@
 """Each sync mode's config rules, by mode name: the rules live beside their mode (sync/<mode>_rules.py) and need
-nothing heavy, so they run when the config loads (grpo_plugin/config/args.py). They read `grpo:` through the validated
+nothing heavy, so they run when the config loads (grpo_plugin/args.py). They read `grpo:` through the validated
 settings (config.lookups.settings_of) and the rest of the config as given."""
 
 from __future__ import annotations

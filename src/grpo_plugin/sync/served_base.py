@@ -19,9 +19,9 @@ from __future__ import annotations
 import logging
 import time
 
+from grpo_plugin.config.storage import SyncDir
 from grpo_plugin.sync.base import SyncResult
 from grpo_plugin.sync.restart import InPlaceReload
-from grpo_plugin.sync.storage import SyncDir
 
 LOG = logging.getLogger("grpo_plugin")
 

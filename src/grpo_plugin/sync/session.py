@@ -24,13 +24,13 @@ from transformers import TrainerCallback
 
 from grpo_plugin.config.lookups import DEFAULT_TOLERANCE, loaded_cfg
 from grpo_plugin.config.schema import GRPOSettings
+from grpo_plugin.config.storage import sync_root
 from grpo_plugin.server import files
 from grpo_plugin.server.group import replicas_of
 from grpo_plugin.server.recovery import ServerGuard
 from grpo_plugin.sync import build_weight_sync
 from grpo_plugin.sync.base import ModelHandle, SyncResult
 from grpo_plugin.sync.gate import PolicyGate
-from grpo_plugin.sync.storage import sync_root
 from grpo_plugin.sync.verify import DeferredVerifier, ProbeVerifier
 
 if TYPE_CHECKING:
