@@ -149,10 +149,10 @@ class EnvironmentSet:
         return messages[:-1] + [{**last, "content": content + observation}]
 
 
-def reward_function(env_type: type, environments: EnvironmentSet | None = None):
+def reward_function(env_type: type, pool: EnvironmentSet | None = None):
     """The reward column of one environment class with get_reward (TRL's: named after the class, weight 1): each
     row's own instance's `get_reward()` (the `environments=` TRL passes, in row order); a row of another
-    environment gets None (not scored by it), and so does one whose tool call hung."""
+    environment gets None (not scored by it), and so does one whose tool call hung (`pool` knows which)."""
     name = env_type.__name__
 
     def get_reward(environments=None, prompts=None, **kwargs):
@@ -161,7 +161,7 @@ def reward_function(env_type: type, environments: EnvironmentSet | None = None):
                              "grpo.environment_factory is scored")
         out = []
         for i, env in enumerate(environments):
-            if type(env) is not env_type or (owner is not None and owner.hung(env)):
+            if type(env) is not env_type or (pool is not None and pool.hung(env)):
                 out.append(None)
                 continue
             try:
@@ -172,7 +172,6 @@ def reward_function(env_type: type, environments: EnvironmentSet | None = None):
                                  f"on {where}") from exc
         return out
 
-    owner = environments
     get_reward.__name__ = get_reward.__qualname__ = name
     return get_reward
 
