@@ -225,6 +225,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         except (ServerUnrecoverable, ServerError, SyncError, SyncVerificationError, AtroposTimeout,
                 RolloutFuncError) as exc:
             exc.add_note(save_after_failure(self))
+            self.close()  # what the run holds on the server goes now (atexit may not run in a failed launch)
             raise
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C (axolotl's SIGINT handler saves the model and exits):
             # the summary of the steps trained so far, as at the end

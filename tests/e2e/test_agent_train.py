@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
 from grpo_plugin.reporting.metrics import report
@@ -113,6 +114,8 @@ def test_a_third_party_agent_on_the_openai_route_learns_in_lora_sync_until_it_go
     rewards = [r["reward_mean"] for r in recs]
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.2, rewards
     assert f"the vLLM server at {blind_server[1].base_url} cannot read the sync directory" in log
+    # the run is over (stopped): the server's base name samples the base model again, for whoever uses it next
+    assert requests.get(f"{blind_server[1].base_url}/grpo/policy", timeout=30).json()["model"] is None
 
 
 def test_rollout_func_two_turns_through_the_openai_route_restart(tmp_path, tiny_model_dir, tiny_data_file,

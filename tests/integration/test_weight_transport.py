@@ -39,6 +39,7 @@ def test_auto_sends_to_a_server_that_cannot_read_the_sync_dir_and_shared_refuses
 def _verified_pushes(client, sync, model, step, probe_ids, pushes: int) -> None:
     """`pushes` times: `step(model, seed=...)` (a stand-in optimizer step), push, the probe within 1e-4."""
     verifier = ProbeVerifier(client, probe_ids, tolerance=1e-4, mode=sync.mode)
+    client.set_policy(0, None)  # a session server: no policy an earlier test's run announced (a run does this first)
     for i in range(pushes):
         step(model, seed=i)
         result = sync.push(i)

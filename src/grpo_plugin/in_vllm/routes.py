@@ -84,14 +84,16 @@ OPENAI_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
 def _unpin(request: Request) -> tuple[str | None, str]:
     """`/grpo/lease/<model>/<route>` -> (model, /<route>), the request's path rewritten to the route (vLLM's router
-    reads the scope this middleware was given)."""
-    rest = request.scope["path"][len(LEASE_PREFIX):]
-    model, sep, route = rest.partition("/")
+    reads the scope this middleware was given). The model is read from the raw path: a model named by its path
+    (`/models/tiny`) comes percent-encoded in one segment."""
+    raw = request.scope.get("raw_path") or request.scope["path"].encode()
+    rest = raw[len(LEASE_PREFIX):]
+    model, sep, route = rest.partition(b"/")
     if not model or not sep:
         return None, request.scope["path"]
-    route = "/" + route
-    request.scope["path"], request.scope["raw_path"] = route, route.encode()
-    return unquote(model), route
+    route = b"/" + route
+    request.scope["path"], request.scope["raw_path"] = unquote(route.decode("latin-1")), route
+    return unquote(model.decode("latin-1")), request.scope["path"]
 
 
 def _policy_name(name, served: dict, policy: str | None) -> str | None:
@@ -99,6 +101,8 @@ def _policy_name(name, served: dict, policy: str | None) -> str | None:
     without its version; `name` itself for any adapter version this server holds; None: not served here."""
     if name in served and served[name] is not None:
         return name  # an adapter version: the client chose it (the handle's lease names one)
+    if policy not in served:
+        policy = None  # announced by a run that is gone (its adapter unloaded): the base model is the policy
     if name is None or name in served:  # the base model (or vLLM's default)
         return policy or name
     if isinstance(name, str) and policy is not None and policy.startswith(f"{name}-v"):

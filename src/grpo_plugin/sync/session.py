@@ -131,6 +131,8 @@ class SyncSession:
 
     def _sync_now(self, step: int, last: int | None) -> SyncResult:
         result = None
+        if last is None:  # a policy another run announced (one that died holding it) is not this run's
+            self.client.set_policy(step, None)
         if last is None and not self.weight_sync.needs_initial_push:
             result = self._initial_check(step)
         if result is None:
