@@ -215,6 +215,12 @@ def test_a_rollouts_base_url_pins_its_version_and_unknown_names_are_refused(vllm
     for name in (base, "t-lease"):
         lps = client.prompt_logprobs(probe_ids, model=name)
         assert max(abs(a - b) for a, b in zip(lps, newest_lps)) < 1e-5, name
+    # restart and ipc pin the base model, whose name is its path: one percent-encoded segment of the URL; pinned,
+    # the base's name samples the base model (neither adapter version), though an adapter is announced
+    pinned_base = VLLMServerClient(f"{client.base_url}{LEASE_PREFIX}{quote(base, safe='')}")
+    base_lps = pinned_base.prompt_logprobs(probe_ids, model=base)
+    assert "/" in base and all(max(abs(a - b) for a, b in zip(base_lps, other)) > 1e-3
+                               for other in (first_lps, newest_lps))
     refused = requests.post(f"{leased.base_url}/v1/completions", json={"model": "gpt-4o", "prompt": "a",
                                                                         "max_tokens": 1}, timeout=30)
     assert refused.status_code == 404 and f"name '{first}'" in refused.json()["error"], refused.text
