@@ -59,19 +59,25 @@ def _twin(code: str, bug) -> str:
     return out
 
 
-def A(name: str, code: str, bug, *tests: str) -> None:
-    code = _src(code)
-    CORPUS.append(Entry(name, "assert", code, _twin(code, bug), tuple(textwrap.dedent(t).strip() for t in tests)))
+def adders(into: list[Entry]):
+    """The helpers that add an entry and its wrong twin to `into`: A (assert tests), C (call-based cases), S
+    (stdin/stdout cases)."""
+    def A(name: str, code: str, bug, *tests: str) -> None:
+        code = _src(code)
+        into.append(Entry(name, "assert", code, _twin(code, bug), tuple(textwrap.dedent(t).strip() for t in tests)))
+
+    def C(name: str, code: str, bug, fn: str, *cases) -> None:
+        code = _src(code)
+        into.append(Entry(name, "call", code, _twin(code, bug), tuple(cases), fn))
+
+    def S(name: str, code: str, bug, *cases) -> None:
+        code = _src(code)
+        into.append(Entry(name, "stdio", code, _twin(code, bug), tuple(cases)))
+
+    return A, C, S
 
 
-def C(name: str, code: str, bug, fn: str, *cases) -> None:
-    code = _src(code)
-    CORPUS.append(Entry(name, "call", code, _twin(code, bug), tuple(cases), fn))
-
-
-def S(name: str, code: str, bug, *cases) -> None:
-    code = _src(code)
-    CORPUS.append(Entry(name, "stdio", code, _twin(code, bug), tuple(cases)))
+A, C, S = adders(CORPUS)
 
 
 # ================================================================================================================

@@ -34,8 +34,6 @@ Like the other corpus, every correct program scores 1.0 and every twin < 1 under
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from tests.unit import test_sandbox_corpus as base
@@ -43,20 +41,7 @@ from tests.unit import test_sandbox_corpus as base
 SEM: list[base.Entry] = []
 
 
-def A(name: str, code: str, bug, *tests: str) -> None:
-    code = base._src(code)
-    SEM.append(base.Entry(name, "assert", code, base._twin(code, bug),
-                          tuple(textwrap.dedent(t).strip() for t in tests)))
-
-
-def C(name: str, code: str, bug, fn: str, *cases) -> None:
-    code = base._src(code)
-    SEM.append(base.Entry(name, "call", code, base._twin(code, bug), tuple(cases), fn))
-
-
-def S(name: str, code: str, bug, *cases) -> None:
-    code = base._src(code)
-    SEM.append(base.Entry(name, "stdio", code, base._twin(code, bug), tuple(cases)))
+A, C, S = base.adders(SEM)
 
 
 # ================================================================================================================

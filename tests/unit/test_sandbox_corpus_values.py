@@ -17,8 +17,6 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from grpo_plugin.sandbox import AssertSuite, Sandbox
@@ -27,20 +25,7 @@ from tests.unit import test_sandbox_corpus as base
 VAL: list[base.Entry] = []
 
 
-def A(name: str, code: str, bug, *tests: str) -> None:
-    code = base._src(code)
-    VAL.append(base.Entry(name, "assert", code, base._twin(code, bug),
-                          tuple(textwrap.dedent(t).strip() for t in tests)))
-
-
-def C(name: str, code: str, bug, fn: str, *cases) -> None:
-    code = base._src(code)
-    VAL.append(base.Entry(name, "call", code, base._twin(code, bug), tuple(cases), fn))
-
-
-def S(name: str, code: str, bug, *cases) -> None:
-    code = base._src(code)
-    VAL.append(base.Entry(name, "stdio", code, base._twin(code, bug), tuple(cases)))
+A, C, S = base.adders(VAL)
 
 
 # ================================================================================================================
