@@ -14,12 +14,12 @@ the method and the row.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from grpo_plugin.agents.tool_calls import awaited
 from grpo_plugin.producers.agent_output import RolloutFuncError, prompt_row, row_label
 
 NOT_TOOLS = ("reset", "get_reward")
@@ -40,10 +40,6 @@ def tool_table(tools: list, instance) -> dict:
     """A rollout's tools by name: the standalone ones, then its environment's methods (a method replaces a
     standalone tool of the same name)."""
     return {t.__name__: t for t in list(tools) + (environment_tools(instance) if instance is not None else [])}
-
-
-def _awaited(value):
-    return asyncio.run(value) if inspect.iscoroutine(value) else value
 
 
 @dataclass
@@ -71,8 +67,7 @@ class EnvironmentSet:
         self.named = None not in self.factories
         self._free: dict = {}
         self._lock = threading.Lock()
-        self._hung: list = []  # instances whose tool call hung (kept: their ids must stay theirs)
-        self._hung_ids: set[int] = set()
+        self._hung: dict[int, object] = {}  # id -> an instance whose tool call hung (kept: its id stays its own)
         self.schemas: dict = {}  # name -> the tools the chat template shows a rollout of that environment
         self.reward_types: list[type] = []  # classes with get_reward, once each (their reward columns)
         for name, factory in self.factories.items():
@@ -119,21 +114,20 @@ class EnvironmentSet:
         with self._lock:
             for name, instance, bad in zip(names, instances, hung):
                 if bad:
-                    self._hung.append(instance)
-                    self._hung_ids.add(id(instance))
+                    self._hung[id(instance)] = instance
                 else:
                     self._free[name].append(instance)
 
     def hung(self, instance) -> bool:
         """Whether a tool call of this instance's never returned (its get_reward() may wait on it: not read)."""
-        return id(instance) in self._hung_ids
+        return id(instance) in self._hung
 
     def reset(self, instance, row: dict, i: int, messages: list[dict]) -> list[dict]:
         """reset(**row) (without `environment` when it picks the environment); a returned observation is appended
         to the prompt's last message, as TRL does."""
         kwargs = {k: v for k, v in row.items() if k != "environment"} if self.named else dict(row)
         try:
-            observation = _awaited(instance.reset(**kwargs))
+            observation = awaited(instance.reset(**kwargs))
         except Exception as exc:
             name = row.get("environment") if self.named else None
             raise AgentFault(f"{self.where(name)}: {type(instance).__name__}.reset() raised {type(exc).__name__}: "
@@ -165,7 +159,7 @@ def reward_function(env_type: type, pool: EnvironmentSet | None = None):
                 out.append(None)
                 continue
             try:
-                out.append(_awaited(env.get_reward()))
+                out.append(awaited(env.get_reward()))
             except Exception as exc:
                 where = row_label(prompts, i) if prompts is not None else f"row {i}"
                 raise AgentFault(f"grpo.environment_factory: {name}.get_reward() raised {type(exc).__name__}: {exc} "

@@ -40,14 +40,15 @@ class ToolStats:
         return counts, first
 
 
+def awaited(value):
+    """What user code returned, a coroutine (an async tool, reset or get_reward) run to its end."""
+    return asyncio.run(value) if inspect.iscoroutine(value) else value
+
+
 def _call(fn, arguments: dict, timeout: float):
     """`fn(**arguments)` (a coroutine function: run to its end) in a daemon thread, waited for `timeout` s.
     Returns (finished, value, error)."""
-    def run():
-        value = fn(**arguments)
-        return asyncio.run(value) if inspect.iscoroutine(value) else value
-
-    return in_thread(run, timeout, "grpo-tool-call")
+    return in_thread(lambda: awaited(fn(**arguments)), timeout, "grpo-tool-call")
 
 
 class ToolRunner:

@@ -103,19 +103,20 @@ class ToolLoop:
         rows = rows if rows is not None else [{"prompt": p} for p in prompts]
         envs = self.environments
         if envs is None:
-            return self._rollouts(prompts, trainer, rows, [None] * len(prompts), None)
+            return self._rollouts(prompts, trainer, rows, None)
         held = envs.take([envs.name_of(r, i) for i, r in enumerate(rows)])
         try:
-            out = self._rollouts(prompts, trainer, rows, held.names, held)
+            out = self._rollouts(prompts, trainer, rows, held)
         except BaseException:
             held.release()
             raise
         out[ENVIRONMENTS_KEY] = held  # the scoring releases them, once the reward functions have read them
         return out
 
-    def _rollouts(self, prompts, trainer, rows, names, held: Held | None) -> dict:
+    def _rollouts(self, prompts, trainer, rows, held: Held | None) -> dict:
         tok, gen, envs = trainer.processing_class, trainer.grpo_generation, self.environments
         n = len(prompts)
+        names = held.names if held is not None else [None] * n
         instances = held.instances if held is not None else [None] * n
         hung = held.hung if held is not None else [False] * n
         messages = [envs.reset(inst, row, i, list(p)) if envs else list(p)
