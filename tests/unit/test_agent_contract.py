@@ -219,14 +219,14 @@ def scored(sampling_shift: list[float]) -> dict:
             "completion_mask": torch.ones(4, 3), "tool_mask": torch.tensor([[1, 0, 1]] * 4)}
 
 
-def check(action="stop", version=7, step=7, reject=0.5):
-    return RowCheck("trl.rollout_func my.agent", reject, action, version=version, step=lambda: step,
+def check(action="stop", step=7, reject=0.5):
+    return RowCheck("trl.rollout_func my.agent", reject, action, step=lambda: step,
                     prompts=["abc = ", "abc = ", "xyz = ", "xyz = "])
 
 
 def test_a_rollout_sampled_by_the_policy_passes_the_lag0_check():
     adv = torch.ones(4)
-    fields = check().apply(scored([1e-7, 0.0, 2e-7, 0.0]), adv)
+    fields = check().apply(scored([1e-7, 0.0, 2e-7, 0.0]), adv, 7)
     assert fields["agent_logprob_gap_lag0"] < 1e-6 and fields["agent_offpolicy_rows"] == 0 and adv.tolist() == [1] * 4
 
 
@@ -235,20 +235,20 @@ def test_a_lag0_row_sampled_by_another_model_stops_the_run_naming_the_cause():
                                                r"this step trains \(policy version 7\) differ .* grpo\.offpolicy_reject"
                                                r"=0\.5 nats/token \(row 2 \(prompt 'xyz ='\): 3\).* another model "
                                                r"sampled it .* another temperature"):
-        check().apply(scored([0.0, 0.0, 3.0, 0.1]), torch.ones(4))
+        check().apply(scored([0.0, 0.0, 3.0, 0.1]), torch.ones(4), 7)
 
 
 def test_drop_zeroes_the_rows_over_the_threshold_and_an_older_version_is_not_compared(capsys):
     adv = torch.ones(4)
-    fields = check("drop").apply(scored([0.0, 0.9, 3.0, 0.1]), adv)
+    fields = check("drop").apply(scored([0.0, 0.9, 3.0, 0.1]), adv, 7)
     assert adv.tolist() == [1, 0, 0, 1] and fields["agent_offpolicy_rows"] == 2
     assert "Their advantages are zeroed" in capsys.readouterr().err
-    assert check(version=6).apply(scored([9.0] * 4), torch.ones(4)) == {}  # lag 1: the policy's own change
-    assert check(reject=None).apply(scored([9.0] * 4), torch.ones(4)) == {}  # never checked
+    assert check().apply(scored([9.0] * 4), torch.ones(4), 6) == {}  # lag 1: the policy's own change
+    assert check(reject=None).apply(scored([9.0] * 4), torch.ones(4), 7) == {}  # never checked
 
 
 def test_the_lag0_check_compares_every_ranks_rows():
     """Rank 1 of 2 (rows 4..7 of the batch): a row of rank 0 over the threshold stops rank 1 too."""
-    c = RowCheck("grpo.tools", 0.5, "stop", version=3, step=lambda: 3, prompts=["p"] * 4, first_row=4)
+    c = RowCheck("grpo.tools", 0.5, "stop", step=lambda: 3, prompts=["p"] * 4, first_row=4)
     with pytest.raises(RolloutFuncError, match=r"row 1: 5"):
-        c.apply(scored([0.0] * 4), torch.ones(4), gather=lambda mine: [0.0, 5.0, 0.0, 0.0] + list(mine))
+        c.apply(scored([0.0] * 4), torch.ones(4), 3, gather=lambda mine: [0.0, 5.0, 0.0, 0.0] + list(mine))

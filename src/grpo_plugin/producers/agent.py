@@ -152,11 +152,12 @@ class AgentRolloutProducer(LocalRolloutProducer):
     """The local producer's prompts and rollout record; the rollout itself made by `rollout_func`."""
 
     def __init__(self, *args, rollout_func, rollout_timeout: float | None, vocab_size: int,
-                 offpolicy: tuple[float | None, str] = (0.5, "stop"), **kwargs):
+                 offpolicy: tuple[float | None, str], **kwargs):
         """`offpolicy`: grpo.offpolicy_reject and grpo.offpolicy_action (producers/agent_onpolicy.py)."""
         super().__init__(*args, **kwargs)
         self.rollout_func, self.rollout_timeout, self.vocab_size = rollout_func, rollout_timeout, vocab_size
         self.offpolicy = offpolicy
+        self._said: set[str] = set()  # the on-policy check's one-time messages, once per run
         self.name = rollout_name(rollout_func)
 
     def _call(self, prompts: list, generation: AgentGeneration, inputs: list[dict] | None = None):
@@ -204,8 +205,8 @@ class AgentRolloutProducer(LocalRolloutProducer):
                          server_rows=generation.server_rows if generation.calls else None,
                          agent={**agent_fields(rows, generation, spec.stop_token_ids), **own.get(METRICS_KEY, {})},
                          environments=held,
-                         onpolicy_check=RowCheck(self.name, *self.offpolicy, version=version, step=spec.step,
-                                                 prompts=prompts, first_row=spec.process_index * len(prompts)))
+                         onpolicy_check=RowCheck(self.name, *self.offpolicy, step=spec.step, prompts=prompts,
+                                                 first_row=spec.process_index * len(prompts), said=self._said))
         return deferred_rollout(spec, tensors, tensors.pop("num_items_in_batch"), inputs,
                                 own.get(PROMPTS_KEY, prompts), rows.completion_ids, record,
                                 completions=own.get(COMPLETIONS_KEY))

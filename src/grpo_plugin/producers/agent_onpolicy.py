@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grpo_plugin.atropos.onpolicy import row_gaps
 from grpo_plugin.producers.agent_output import RolloutFuncError, row_label
@@ -26,30 +26,30 @@ CAUSES = ("another model sampled it (an OpenAI-route request naming a model this
           "server: generate through trainer.grpo_generation, or post to its base_url naming its model), truncated "
           "sampling (top_p / top_k / min_p the trainer does not apply), or another temperature than "
           "trl.temperature")
-_said: set[str] = set()
 
 
 @dataclass
 class RowCheck:
-    """One rollout's check: `version` sampled it; `step()` is the version the trainer trains when it scores it."""
+    """One rollout's check; `step()` is the version the trainer trains when it scores the rollout."""
 
     name: str  # the rollout function, as errors name it
     reject: float | None  # nats per token; None: never
     action: str  # "stop" | "drop"
-    version: int | None
     step: Callable[[], int]
     prompts: list  # this rank's rows' prompts, for messages
     first_row: int = 0  # several trainer ranks: this rank's first row in the batch (gathered in rank order)
+    said: set = field(default_factory=set)  # what was said once already (shared by the producer's checks)
 
-    def apply(self, data: dict, advantages, gather: Callable[[list], list] = list) -> dict:
-        """After the trainer scored the rollout (`data`: this rank's rows): the step's fields; raises on a row over
-        the threshold with action stop. `gather` (a collective) concatenates every rank's row gaps."""
-        lag = None if self.version is None else self.step() - self.version
-        if self.reject is None or lag != 0:
+    def apply(self, data: dict, advantages, version: int | None, gather: Callable[[list], list] = list) -> dict:
+        """After the trainer scored the rollout (`data`: this rank's rows; `version`: the weights that sampled it):
+        the step's fields; raises on a row over the threshold with action stop. `gather` (a collective)
+        concatenates every rank's row gaps."""
+        if self.reject is None or version is None or self.step() != version:
             return {}
         if data.get("old_per_token_logps") is None or data.get("sampling_per_token_logps") is None:
-            _once("nologps", f"{self.name}: the lag-0 logprob check needs the trainer's logprobs of the rollout, "
-                             "which it computes with trl.vllm_importance_sampling_correction: not checked")
+            self._once("nologps", f"{self.name}: the lag-0 logprob check needs the trainer's logprobs of the "
+                                  "rollout, which it computes with trl.vllm_importance_sampling_correction: "
+                                  "not checked")
             return {}
         mask = data["completion_mask"]
         if data.get("tool_mask") is not None:
@@ -66,17 +66,17 @@ class RowCheck:
         local = worst - self.first_row
         where = row_label(self.prompts, local) if 0 <= local < len(self.prompts) else f"row {worst}"
         what = (f"{self.name}: {len(over)} of {len(gaps)} rows sampled at the weights this step trains (policy "
-                f"version {self.version}) differ from the trainer's logprobs by more than grpo.offpolicy_reject="
+                f"version {version}) differ from the trainer's logprobs by more than grpo.offpolicy_reject="
                 f"{self.reject:g} nats/token ({where}: {gaps[worst]:.3g}). Likely: {CAUSES}.")
         if self.action == "stop":
             raise RolloutFuncError(what + " Set grpo.offpolicy_action: drop to train on without those rows.")
         rows = [i - self.first_row for i in over if 0 <= i - self.first_row < len(mine)]
         advantages[rows] = 0
-        _once("drop", what + " Their advantages are zeroed (counted per step as agent_offpolicy_rows; said once).")
+        self._once("drop", what + " Their advantages are zeroed (counted per step as agent_offpolicy_rows; said "
+                                  "once).")
         return fields
 
-
-def _once(key: str, line: str) -> None:
-    if key not in _said:
-        _said.add(key)
-        print(f"[grpo_plugin] {line}", file=sys.stderr, flush=True)
+    def _once(self, key: str, line: str) -> None:
+        if key not in self.said:
+            self.said.add(key)
+            print(f"[grpo_plugin] {line}", file=sys.stderr, flush=True)

@@ -93,7 +93,8 @@ class Rollout:
         rejects: `gather_object`, a collective, brings every rank's rows to the check), and the rewards of the
         batch's real rows are returned (padding rows have no score)."""
         if self.onpolicy_check is not None:  # a rollout function's lag-0 rows (producers/agent_onpolicy.py)
-            self.agent = {**(self.agent or {}), **self.onpolicy_check.apply(data, data["advantages"], gather_object)}
+            self.agent = {**(self.agent or {}), **self.onpolicy_check.apply(data, data["advantages"],
+                                                                            self.policy_version, gather_object)}
         if self.advantages is None:
             return rewards
         real = rewards[: self.real_rows]
