@@ -210,9 +210,10 @@ class Sandbox:
             if not self.slot_cgroups.cpu_missing:
                 layers.append("a cpu cgroup per slot and per judge (equal weights)")
         self.hidden_package_data = int(msg.get("hidden", -1))
-        if self.hidden_package_data < len(to_hide[0]) + len(to_hide[1]):
+        to_hide_count = len(to_hide[0]) + len(to_hide[1])
+        if self.hidden_package_data < to_hide_count:
             _log.warning("code sandbox: %d of the installed packages' data paths stay visible in the jail (%s)",
-                         len(to_hide[0]) + len(to_hide[1]) - max(0, self.hidden_package_data),
+                         to_hide_count - max(0, self.hidden_package_data),
                          self._stderr_tail()[-300:].strip() or "no reason given")
         if self.hidden_package_data >= 0:
             layers.append(f"packages' data files hidden ({self.hidden_package_data} paths)")
