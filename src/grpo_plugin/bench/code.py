@@ -23,6 +23,12 @@ first of each pair swapped every round) so machine noise hits both. One untimed 
   on stdin (pass = exit status 0 and the same output tokens), as many at once as cores; sandbox `StdioSuite`;
   `--rounds` rounds, alternated.
 
+Beside each headline round's wall clock, the CPU each side's processes spent (`cpu`, milliseconds per completion,
+median over the rounds; the sandbox's by part: the trainer's side, the fork server, the programs' processes with
+the templates that fork them, the judges), and their ratio `cpu_ratio_vs_per_completion`: with every core busy on
+both sides the wall-clock ratio reaches it, where a side leaves cores idle it stays below; unlike the wall clock it
+moves little when other work shares the machine.
+
 Every baseline round and every sandbox round must give the same verdict for every test of every completion (the code
 is not adversarial here): a mismatch fails the benchmark with the mismatches listed. Also reported, not compared:
 the sandbox on the batch as sampled (repeated completions not made distinct: the reward's dedupe runs each distinct
@@ -36,6 +42,7 @@ import contextlib
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -153,6 +160,49 @@ def _per_test(batch, cores: int, one) -> list[list[bool]]:
     return out
 
 
+# ---- CPU: what each side's processes spent, beside the wall clock ----------------------------------------------
+def _rusage_s(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def _baseline_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process and of the interpreters it started and collected (the baselines)."""
+    return {"bench": _rusage_s(resource.RUSAGE_SELF), "interpreters": _rusage_s(resource.RUSAGE_CHILDREN)}
+
+
+class _SandboxCPU:
+    """CPU seconds so far of the sandbox's processes, read from /proc: the fork server; the templates with every
+    process they forked and collected (programs, replaced judges); the judges alive now; and this process (the
+    trainer's side of the sandbox). A judge collected between two readings left the judges' sum with what it had
+    spent at the first and entered its template's with all it spent: the difference is what it spent between them.
+    Empty where /proc does not list a process's children."""
+
+    def __init__(self, sb: Sandbox):
+        self.server, self.templates = sb.fork_server_pid, [p for p in sb.template_pids if p > 0]
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _stat(self, pid: int) -> list[float]:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return [int(x) / self.tick for x in fields[11:15]]  # utime, stime, and of collected children
+
+    def __call__(self) -> dict[str, float]:
+        try:
+            server = sum(self._stat(self.server)[:2])
+            judges = 0.0
+            for t in self.templates:
+                with open(f"/proc/{t}/task/{t}/children") as f:
+                    for pid in map(int, f.read().split()):
+                        with contextlib.suppress(OSError):  # (collected meanwhile: counted with its template)
+                            judges += sum(self._stat(pid)[:2])
+            templates = sum(sum(self._stat(t)) for t in self.templates)
+        except (OSError, ValueError, IndexError):
+            return {}
+        return {"trainer": _rusage_s(resource.RUSAGE_SELF), "fork_server": server,
+                "programs_and_templates": templates, "judges": judges}
+
+
 # ---- timing: the same statistic over the same rounds, alternated ------------------------------------------------
 def _timed(fn) -> tuple[float, list[list[bool]]]:
     t0 = time.perf_counter()
@@ -160,17 +210,33 @@ def _timed(fn) -> tuple[float, list[list[bool]]]:
     return time.perf_counter() - t0, verdicts
 
 
-def _alternated(rounds: int, sides: dict, check) -> dict[str, list[float]]:
+def _alternated(rounds: int, sides: dict, check, cpu: dict | None = None) -> dict[str, list[float]]:
     """`rounds` rounds of every side (the order reversed every other round); seconds per round for each side.
-    `check(side, verdicts)` is called with every run's verdicts."""
+    `check(side, verdicts)` is called with every run's verdicts. `cpu` (side -> a function giving that side's CPU
+    seconds so far, by part): each round's CPU by part is kept under "<side>/cpu"."""
     names = list(sides)
-    seconds: dict[str, list[float]] = {n: [] for n in names}
+    seconds: dict[str, list] = {n: [] for n in names}
+    for name in cpu or {}:
+        seconds[f"{name}/cpu"] = []
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
+            before = cpu[name]() if cpu and name in cpu else None
             s, verdicts = _timed(sides[name])
             seconds[name].append(s)
+            if before is not None:
+                after = cpu[name]()
+                seconds[f"{name}/cpu"].append({k: after[k] - before[k] for k in after if k in before})
             check(name, verdicts)
     return seconds
+
+
+def _cpu_figure(rounds: list[dict], completions: int) -> dict | None:
+    """Median CPU milliseconds per completion, in all and by part (None where it could not be read)."""
+    if not rounds or not all(rounds):
+        return None
+    parts = {k: statistics.median(r[k] for r in rounds) * 1000 / completions for k in rounds[0]}
+    total = statistics.median(sum(r.values()) for r in rounds) * 1000 / completions
+    return {"ms_per_completion": round(total, 3), "parts_ms": {k: round(v, 3) for k, v in parts.items()}}
 
 
 def _figure(seconds: list[float], completions: int) -> dict:
@@ -234,7 +300,7 @@ def run(problems: int = 16, group: int = 8, rounds: int = 5) -> dict:
             return _results(sb.run_suites(suites))
 
         head = _alternated(rounds, {"per_completion": lambda: _per_completion(batch, cores), "sandbox": sandbox},
-                           v.check)
+                           v.check, cpu={"per_completion": _baseline_cpu, "sandbox": _SandboxCPU(sb)})
         slow = _alternated(per_test_rounds, {"per_test": lambda: _per_test(batch, cores, _per_test_one),
                                              "sandbox": sandbox}, v.check)
         as_sampled = _alternated(rounds, {"sandbox_as_sampled": lambda: _results(sb.run(sampled))}, v.check)
@@ -245,6 +311,10 @@ def run(problems: int = 16, group: int = 8, rounds: int = 5) -> dict:
         raise AssertionError(f"the sandbox and the baselines disagree on verdicts (first ones listed): "
                              f"asserts {mismatched}; stdin/stdout {stdio['mismatches']}")
     pc, sb_head = _figure(head["per_completion"], len(batch)), _figure(head["sandbox"], len(batch))
+    pc["cpu"] = _cpu_figure(head["per_completion/cpu"], len(batch))
+    sb_head["cpu"] = _cpu_figure(head["sandbox/cpu"], len(batch))
+    cpu_ratio = (round(pc["cpu"]["ms_per_completion"] / sb_head["cpu"]["ms_per_completion"], 2)
+                 if pc["cpu"] and sb_head["cpu"] else None)
     pt, sb_slow = _figure(slow["per_test"], len(batch)), _figure(slow["sandbox"], len(batch))
     return {
         "stack": stack(), "cores": cores, "completions": len(batch), "test_cases": tests, "distinct": True,
@@ -254,6 +324,7 @@ def run(problems: int = 16, group: int = 8, rounds: int = 5) -> dict:
         "per_completion": {**pc, "interpreters": len(batch)},
         "sandbox": sb_head,
         "speedup_vs_per_completion": round(pc["median_s"] / sb_head["median_s"], 2),
+        "cpu_ratio_vs_per_completion": cpu_ratio,
         "per_test": {**pt, "interpreters": tests, "rounds": per_test_rounds, "sandbox": sb_slow},
         "speedup_vs_per_test": round(pt["median_s"] / sb_slow["median_s"], 2),
         "sandbox_as_sampled": {**_figure(as_sampled["sandbox_as_sampled"], len(batch)), "unique_programs": unique},
@@ -292,6 +363,12 @@ def report(res: dict) -> None:
     line(f"python per completion, all its tests ({res['per_completion']['interpreters']} starts)",
          res["per_completion"])
     line("sandbox", res["sandbox"], f"  -> {res['speedup_vs_per_completion']:.1f}x  (speedup_vs_per_completion)")
+    pc_cpu, sb_cpu = res["per_completion"]["cpu"], res["sandbox"]["cpu"]
+    if pc_cpu and sb_cpu:
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in sb_cpu["parts_ms"].items())
+        print(f"  CPU per completion (median): python {pc_cpu['ms_per_completion']:.2f} ms, sandbox "
+              f"{sb_cpu['ms_per_completion']:.2f} ms ({parts}) -> {res['cpu_ratio_vs_per_completion']:.1f}x "
+              f"(cpu_ratio_vs_per_completion: the most the wall-clock ratio reaches with every core busy)")
     pt = res["per_test"]
     print(f"  per test (old baseline), median of {pt['rounds']} alternated rounds per side:")
     line(f"python per test ({pt['interpreters']} starts)", pt)
