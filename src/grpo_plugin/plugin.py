@@ -11,7 +11,7 @@ import logging
 from axolotl.integrations.base import BasePlugin
 
 from grpo_plugin.config.defaults import fill_defaults
-from grpo_plugin.config.lookups import settings_of
+from grpo_plugin.config.lookups import run_config
 from grpo_plugin.config.runtime import global_rank
 
 LOG = logging.getLogger("grpo_plugin")
@@ -42,7 +42,7 @@ class GRPOPlugin(BasePlugin):
         fill_defaults(cfg)
 
     def load_datasets(self, cfg, preprocess: bool = False):
-        if settings_of(cfg).atropos is None:
+        if run_config(cfg).grpo.atropos is None:
             return None
         from grpo_plugin.producers.atropos import placeholder_dataset
 
@@ -56,10 +56,11 @@ class GRPOPlugin(BasePlugin):
         # Start the managed server as early as possible: it boots while axolotl loads the model.
         # One server per run: with several trainer processes only global rank 0 starts it (the others wait
         # for its /health like any client).
-        if settings_of(cfg).managed_server and global_rank() == 0:
+        run = run_config(cfg)  # read once per process: the trainer's loaded_run() is these views
+        if run.grpo.managed_server and global_rank() == 0:
             from grpo_plugin.server import managed
 
-            managed.start(cfg)
+            managed.start(run)
 
     def post_trainer_create(self, cfg, trainer) -> None:
         # Runs just before axolotl picks the checkpoint to resume from: make it the newest COMPLETE one.

@@ -41,8 +41,8 @@ from grpo_plugin.agents.evaluation import AgentEvaluation
 from grpo_plugin.atropos.fetcher import AtroposTimeout
 from grpo_plugin.compat.host import host
 from grpo_plugin.compat.trl_client import without_trl_server_client
-from grpo_plugin.config.lookups import current_settings
-from grpo_plugin.config.schema import GRPOSettings
+from grpo_plugin.config.lookups import loaded_run
+from grpo_plugin.config.views import RunConfig
 from grpo_plugin.producers import build, model_tokens
 from grpo_plugin.producers.agent_output import RolloutFuncError
 from grpo_plugin.producers.evaluation import EvalGeneration
@@ -65,15 +65,18 @@ from grpo_plugin.training.forward import RowScoring
 
 
 class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
-    def __init__(self, *args, grpo_settings: GRPOSettings | None = None, **kwargs):
-        self.grpo = grpo_settings or current_settings()
+    def __init__(self, *args, run_config: RunConfig | None = None, **kwargs):
+        # the run's config, read once: what the run's parts read of it is handed to them from here
+        self.run_config = run_config or loaded_run()
+        self.grpo = self.run_config.grpo
         training_args = kwargs["args"]
         client = connect(server_urls(training_args, self.grpo), timeout=self.grpo.request_timeout)  # 1+ servers
         self.recorder = StepRecorder()
         self.reward_log = RewardLog()
         self.sync = SyncSession(self.grpo, client, world_size=training_args.world_size,
                                 overlapped=bool(training_args.async_prefetch) or self.grpo.atropos is not None,
-                                step=lambda: self.state.global_step, on_result=self.recorder.synced)
+                                step=lambda: self.state.global_step, on_result=self.recorder.synced,
+                                max_model_len=self.run_config.vllm.max_model_len)
         # grpo.environment_factory: environments with get_reward() are reward columns (TRL wants one at init)
         args, self.grpo_environments = environment_rewards(self.grpo, args, kwargs)
         with without_trl_server_client():
@@ -93,14 +96,15 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self.vllm_generation = EvalGeneration(  # TRL's evaluation generates through the plugin's server, session
             client=client, gate=self.sync.gate, guard=self.sync.guard, step=lambda: self.state.global_step,
             bring_current=lambda: self.sync.bring_current(self.state.global_step),
-            sampling=lambda: sampling_kwargs(self, generation_kwargs(self.args)), lag_timeout=build.LAG_WAIT_S,
+            sampling=lambda: sampling_kwargs(self, generation_kwargs(self.args, self.run_config.trl)),
+            lag_timeout=build.LAG_WAIT_S,
             seeds=self.prompt_seeds)
         self.grpo_generation = self.vllm_generation.rollout_handle()  # trl.rollout_func's (docs/agents.md)
         self._patched_sync_weights = True  # axolotl would rebind its sync_weights to its own (no-client) sync
         self.scoring = RowScoring(model.unwrap())
         self.metrics_callback = StepMetricsCallback(
             self.recorder, self.sync, self.grpo, output_dir=self.args.output_dir,
-            write=self.grpo.metrics and self.accelerator.is_main_process,
+            write=self.grpo.metrics and self.accelerator.is_main_process, base_model=self.run_config.base_model,
             model=lambda: self.model, optimizer=lambda: self.optimizer)
         self.add_callback(self.metrics_callback)
         atexit.register(self.close)
@@ -118,7 +122,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         spec = GenerationSpec(
             client=self.sync.client, gate=self.sync.gate, guard=self.sync.guard, tokenizer=tok,
             pad_token_id=pad_token_id(tok), num_generations=self.num_generations,
-            temperature=self.temperature, sampling=sampling_kwargs(self, generation_kwargs(args)),
+            temperature=self.temperature, sampling=sampling_kwargs(self, generation_kwargs(args, self.run_config.trl)),
             tokenize_prompts=self._tokenize_prompts, mask_truncated=bool(self.mask_truncated_completions),
             stop_token_ids=tuple({t for t in (pad_token_id(tok), tok.eos_token_id) if t is not None}),
             shuffle_dataset=getattr(self, "shuffle_dataset", True),
@@ -129,7 +133,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             synced_version=lambda: self.sync.synced_version, add_callback=self.add_callback,
             process_index=self.accelerator.process_index, broadcast_object=broadcast_from_rank_0,
             seeds=self.prompt_seeds)
-        producer = build.build_producer(args, train_dataset, self.grpo, spec, host=self)
+        producer = build.build_producer(args, train_dataset, self.run_config, spec, host=self)
         if isinstance(producer, PrefetchingProducer):  # its queue goes when a server is lost under a verification
             self.sync.forget_prefetched = producer.drop_queue
         return producer

@@ -12,19 +12,19 @@ import signal
 import sys
 import time
 
-from grpo_plugin.config import lookups
+from grpo_plugin.config.lookups import loaded_run
 from grpo_plugin.server.client import VLLMServerClient
-from grpo_plugin.server.process import Progress, ServerStartError, VLLMServerProcess, start_servers
+from grpo_plugin.server.process import Progress, ServerStartError, VLLMServerProcess, specs_from, start_servers
 
 
 def main(script_args) -> None:
-    cfg = lookups.loaded_cfg()
+    run = loaded_run()
     overrides = {k: getattr(script_args, k, None) for k in (
         "model", "host", "port", "dtype", "max_model_len", "gpu_memory_utilization",
         "tensor_parallel_size", "enable_prefix_caching")}
     if getattr(script_args, "enforce_eager", None):
         overrides["enforce_eager"] = True
-    settings = lookups.settings_of(cfg)
+    settings = run.grpo
     if settings.server_urls:
         print("[grpo_plugin] note: grpo.server_urls lists servers started elsewhere; this starts the one server "
               "of this config's vllm: block (run it on each machine, with its own vllm.port if needed).",
@@ -43,7 +43,8 @@ def main(script_args) -> None:
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
     try:
-        servers.extend(start_servers(cfg, **overrides))  # with server_urls, num_servers is 1 (config/schema.py)
+        # with server_urls, num_servers is 1 (config/schema.py)
+        servers.extend(start_servers(specs_from(run, **overrides)))
     except ServerStartError as exc:
         print(f"[grpo_plugin] ERROR: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None

@@ -76,12 +76,13 @@ def test_restart_config_is_wired(base_cfg, tmp_path, strategy):
 
 
 def test_ipc_defaults_and_server_spec(base_cfg, tmp_path):
-    from grpo_plugin.server.process import spec_from_cfg
+    from grpo_plugin.config.lookups import run_config
+    from grpo_plugin.server.process import spec_from
 
     _ipc(base_cfg)
     cfg = load(base_cfg, tmp_path)
     assert (cfg.grpo["ipc_fence"], cfg.grpo["ipc_gemm"]) == ("trainer", "onednn")
-    spec = spec_from_cfg(cfg)
+    spec = spec_from(run_config(cfg))
     # one copy, one dtype: the server gets the trainer's; no LoRA; the export dir and GEMM reach the worker
     assert spec.ipc and spec.dtype == "float32" and not spec.enable_lora
     env = spec.env(base={"VLLM_PLUGINS": "lora_filesystem_resolver"}, ipc_export="/dev/shm/x")

@@ -11,15 +11,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grpo_plugin.atropos.launch import MAX_RESTARTS, Launch, LaunchError, served_cfg
+from grpo_plugin.atropos.launch import MAX_RESTARTS, Launch, LaunchError, served
+from grpo_plugin.config.lookups import run_config
 from grpo_plugin.config.runtime import SERVER_HOST
-from grpo_plugin.config.schema import GRPOSettings
-from grpo_plugin.server.process import ServerSpec, VLLMServerProcess
+from grpo_plugin.server.process import ServerSpec, VLLMServerProcess, spec_from
 from tests.conftest import free_port
 
 
 def _launch(tmp_path) -> Launch:
-    return Launch(Path("cfg.yaml"), {"output_dir": str(tmp_path)}, None, [])
+    return Launch(Path("cfg.yaml"), run_config({"output_dir": str(tmp_path)}), [])
 
 
 def _stop(run: Launch) -> None:
@@ -93,7 +93,7 @@ class _StandIn(ServerSpec):
 
 
 def test_the_launchers_server_that_ends_is_replaced_by_one_of_the_same_spec_and_stopped_at_the_end(tmp_path):
-    run = Launch(Path("cfg.yaml"), {"output_dir": str(tmp_path)}, GRPOSettings(server_timeout=30), [])
+    run = Launch(Path("cfg.yaml"), run_config({"output_dir": str(tmp_path), "grpo": {"server_timeout": 30}}), [])
     spec = _StandIn(model="m", port=free_port(), marker=str(tmp_path / "started-once"))
     first = VLLMServerProcess(spec, log_path=tmp_path / "vllm_serve.log")
     try:
@@ -121,19 +121,19 @@ def test_a_taken_server_port_stops_the_launch_naming_it_and_kills_nothing(tmp_pa
         taken.listen()
         port = taken.getsockname()[1]
         cfg = {"output_dir": str(tmp_path), "base_model": "m", "vllm": {"host": "127.0.0.1", "port": port}}
-        run = Launch(Path("cfg.yaml"), cfg, GRPOSettings(), [])
+        run = Launch(Path("cfg.yaml"), run_config(cfg), [])
         with pytest.raises(LaunchError, match=f"port {port} .*already in use.*Nothing was killed"):
             run._start_server()
         assert run.procs == []
 
 
 def test_the_server_gets_the_config_as_axolotl_vllm_serve_has_it():
-    """The plugin's defaults filled in as its register hook fills them (an unset `vllm.host` is the loopback, the
-    address every client of the config connects to), `bf16: auto` resolved (no GPU here: false); what the config
-    names is kept, and the caller's config is not changed."""
-    cfg = {"vllm": {"port": 8001}, "bf16": "auto"}
-    served = served_cfg(cfg)
-    assert (served["vllm"]["host"], served["vllm"]["port"], served["bf16"]) == (SERVER_HOST, 8001, False)
-    assert cfg == {"vllm": {"port": 8001}, "bf16": "auto"}
-    assert served_cfg({"vllm": {"host": "0.0.0.0"}, "bf16": True})["vllm"]["host"] == "0.0.0.0"
-    assert served_cfg({"bf16": True})["bf16"] is True
+    """`bf16: auto` resolved as axolotl resolves it (no GPU here: float32, the dtype an ipc server then holds); an
+    unset `vllm.host` is the loopback, the address every client of the config connects to; what the config names
+    is kept."""
+    run = run_config({"base_model": "m", "vllm": {"port": 8001}, "bf16": "auto", "grpo": {"sync": "ipc"}})
+    assert run.trainer_dtype is None  # unresolved until the launcher (or axolotl) resolves it
+    spec = spec_from(served(run))
+    assert (spec.host, spec.port, spec.dtype) == (SERVER_HOST, 8001, "float32")
+    assert spec_from(served(run_config({"vllm": {"host": "0.0.0.0"}, "bf16": True}))).host == "0.0.0.0"
+    assert served(run_config({"bf16": True})).trainer_dtype == "bfloat16"

@@ -221,17 +221,18 @@ def test_env_score_reads_the_environments_scores_and_scores_eval_rows_with_the_e
     """Training rows carry the environment's score; rows of the local eval set (test_datasets) carry none and get
     the sum of grpo.atropos.eval_reward_funcs; without those, an eval row is an error that says what to set."""
     import grpo_plugin.config.lookups
+    from grpo_plugin.config.lookups import run_config
     from grpo_plugin.producers.atropos import env_score
     from rewards.toy import digit_reward
 
     assert env_score(prompts=["a", "b"], completions=["x", "y"], atropos_score=[0.5, None]) == [0.5, None]
     completions = ["7 3 9", "no digits here", "12"]
     cfg = {"grpo": {"atropos": {"eval_reward_funcs": ["rewards.toy.digit_reward", "rewards.toy.digit_reward"]}}}
-    monkeypatch.setattr(grpo_plugin.config.lookups, "loaded_cfg", lambda: cfg)
+    monkeypatch.setattr(grpo_plugin.config.lookups, "loaded_run", lambda: run_config(cfg))
     expected = [2 * float(v) for v in digit_reward(prompts=["p"] * 3, completions=completions)]
     assert env_score(prompts=["p"] * 3, completions=completions) == expected
     assert expected[0] != expected[1]  # the toy reward tells these apart: the sum is really computed
-    monkeypatch.setattr(grpo_plugin.config.lookups, "loaded_cfg", lambda: {"grpo": {"atropos": {}}})
+    monkeypatch.setattr(grpo_plugin.config.lookups, "loaded_run", lambda: run_config({"grpo": {"atropos": {}}}))
     with pytest.raises(ValueError, match="needs grpo.atropos.eval_reward_funcs"):
         env_score(prompts=["p"], completions=["1"])
 

@@ -228,12 +228,11 @@ def _produce(monkeypatch, *, loaded_trl: dict, args_kwargs=None, **sampling):
     """One rollout through the real LocalRolloutProducer and VLLMServerClient; returns the request body sent."""
     from axolotl.core.trainers.grpo.async_trainer import ProducerConfig
 
-    import grpo_plugin.config.lookups
+    from grpo_plugin.config.views import TRLView
     from grpo_plugin.producers.local import LocalRolloutProducer, generation_kwargs, sampling_kwargs
     from grpo_plugin.producers.spec import GenerationSpec
     from grpo_plugin.sync.gate import PolicyGate
 
-    monkeypatch.setattr(grpo_plugin.config.lookups, "loaded_cfg", lambda: {"trl": loaded_trl})
     sent = []
 
     def post(path, payload, timeout=None):
@@ -252,7 +251,8 @@ def _produce(monkeypatch, *, loaded_trl: dict, args_kwargs=None, **sampling):
     spec = GenerationSpec(
         client=client, gate=gate, guard=SimpleNamespace(run=lambda what, fn, **kw: fn()), tokenizer=_Tok(),
         pad_token_id=0, num_generations=sampling["num_generations"], temperature=sampling["temperature"],
-        sampling=sampling_kwargs(trainer, generation_kwargs(SimpleNamespace(generation_kwargs=args_kwargs))),
+        sampling=sampling_kwargs(trainer, generation_kwargs(SimpleNamespace(generation_kwargs=args_kwargs),
+                                                           TRLView.of(loaded_trl))),
         tokenize_prompts=lambda prompts: ([[1, 2, len(p)] for p in prompts], None, {}), stop_token_ids=(0, 9),
         mask_truncated=True, shuffle_dataset=False, scale_rewards="group", vocab_size=16, device="cpu",
         num_processes=1, gather=None, gather_object=None, step=lambda: 0, synced_version=lambda: 0,

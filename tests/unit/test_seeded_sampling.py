@@ -10,10 +10,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from grpo_plugin.config.checks import check_cross_keys
+from grpo_plugin.config.lookups import run_config
 from grpo_plugin.producers.seeds import PromptSeeds
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.group import ServerGroup
-from grpo_plugin.server.process import spec_from_cfg
+from grpo_plugin.server.process import spec_from
 
 
 def test_a_prompts_seed_is_fixed_by_the_run_and_differs_by_step_purpose_rank_prompt_and_repeat():
@@ -90,9 +91,9 @@ def _cfg(**grpo):
 
 
 def test_the_plugins_cpu_servers_run_without_chunked_prefill_when_seeded():
-    cmd = spec_from_cfg(_cfg(seeded_sampling=True)).command()
+    cmd = spec_from(run_config(_cfg(seeded_sampling=True))).command()
     assert "--no-enable-chunked-prefill" in cmd and cmd[cmd.index("--max-num-batched-tokens") + 1] == "512"
-    plain = spec_from_cfg(_cfg()).command()
+    plain = spec_from(run_config(_cfg())).command()
     assert "--no-enable-chunked-prefill" not in plain and "--max-num-batched-tokens" not in plain
 
 

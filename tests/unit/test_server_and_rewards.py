@@ -3,12 +3,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from grpo_plugin.config.lookups import run_config
 from grpo_plugin.server.process import (
     PortInUseError,
     ServerSpec,
     VLLMServerProcess,
     lora_rank_for_vllm,
-    spec_from_cfg,
+    spec_from,
 )
 from rewards.toy import digit_fraction, digit_reward
 
@@ -23,10 +24,10 @@ def test_command_has_what_lora_sync_needs():
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True" and env["VLLM_SERVER_DEV_MODE"] == "1"
 
 
-def test_spec_from_cfg_and_overrides():
+def test_spec_from_the_config_and_overrides():
     cfg = {"base_model": "m", "adapter": "lora", "lora_r": 12, "grpo": {"sync": "lora_sync"},
            "vllm": {"host": "127.0.0.1", "port": 9000, "dtype": "float32"}}
-    spec = spec_from_cfg(cfg, port=9100)
+    spec = spec_from(run_config(cfg), port=9100)
     assert (spec.model, spec.port, spec.dtype, spec.max_lora_rank, spec.enable_lora) == ("m", 9100, "float32", 16, True)
     assert lora_rank_for_vllm(8) == 8 and lora_rank_for_vllm(33) == 64
     with pytest.raises(ValueError):
@@ -52,10 +53,10 @@ def test_digit_reward_plain_and_chat():
 
 def test_server_sampling_seed_follows_the_config_seed():
     cfg = {"base_model": "m", "grpo": {"sync": "lora_sync"}, "adapter": "lora"}
-    assert "--seed" not in spec_from_cfg(cfg).command()  # no seed in the config: vLLM's own default
-    cmd = spec_from_cfg({**cfg, "seed": 7}).command()
+    assert "--seed" not in spec_from(run_config(cfg)).command()  # no seed in the config: vLLM's own default
+    cmd = spec_from(run_config({**cfg, "seed": 7})).command()
     assert cmd[cmd.index("--seed") + 1] == "7"
-    assert spec_from_cfg({**cfg, "seed": 8}).command()[cmd.index("--seed") + 1] == "8"
+    assert spec_from(run_config({**cfg, "seed": 8})).command()[cmd.index("--seed") + 1] == "8"
 
 
 def test_one_rank_server_runs_its_worker_in_the_engine_process():

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from grpo_plugin.config.lookups import run_config
 from grpo_plugin.reporting.metrics import server_summary
 from grpo_plugin.server.client import Completion, ServerError, VLLMServerClient
 from grpo_plugin.server.group import ServerGroup, replicas_of, shares
@@ -239,7 +240,7 @@ def test_num_servers_gives_consecutive_ports_and_ipc_servers_map_the_first(monke
     from grpo_plugin.server import process
 
     cfg = {"base_model": "m", "vllm": {"port": 8100}, "grpo": {"sync": "ipc", "num_servers": 3}}
-    specs = process.specs_from_cfg(cfg)
+    specs = process.specs_from(run_config(cfg))
     assert [s.port for s in specs] == [8100, 8101, 8102] and all(s.ipc for s in specs)
     assert all(s.visible_devices is None for s in specs)  # no CUDA here: nothing to split
     env = specs[1].env(base={}, ipc_export="/dev/shm/x", ipc_share=True)
@@ -296,10 +297,11 @@ def test_a_user_core_binding_is_left_alone(monkeypatch):
     from grpo_plugin.server import process
 
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1|2-3")
-    specs = process.specs_from_cfg({"base_model": "m", "grpo": {"num_servers": 2}})
+    specs = process.specs_from(run_config({"base_model": "m", "grpo": {"num_servers": 2}}))
     assert [s.cpu_bind for s in specs] == [None, None]
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND")
-    assert len({s.cpu_bind for s in process.specs_from_cfg({"base_model": "m", "grpo": {"num_servers": 2}})}) == 2
+    two = run_config({"base_model": "m", "grpo": {"num_servers": 2}})
+    assert len({s.cpu_bind for s in process.specs_from(two)}) == 2
 
 
 @pytest.mark.parametrize("rank_0_starts_it", [False, True])

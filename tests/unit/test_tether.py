@@ -57,8 +57,8 @@ _LAUNCHER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from grpo_plugin.atropos.launch import Launch
-    from grpo_plugin.config.schema import AtroposSettings
-    run = Launch(Path("cfg.yaml"), {"output_dir": sys.argv[1]}, None, [])
+    from grpo_plugin.config.lookups import run_config
+    run = Launch(Path("cfg.yaml"), run_config({"output_dir": sys.argv[1]}), [])
     # a command that starts a process in a session of its own (as servers and trainers do) and one plain one
     escaper = ("import os, subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; "
                "time.sleep(120)'], start_new_session=True); print(p.pid, flush=True); time.sleep(120)")

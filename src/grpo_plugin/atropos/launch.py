@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
+import dataclasses
 import os
 import signal
 import subprocess
@@ -32,16 +32,16 @@ import requests
 import yaml
 
 from grpo_plugin.config import runtime
-from grpo_plugin.config.defaults import fill_defaults
-from grpo_plugin.config.lookups import settings_of
+from grpo_plugin.config.lookups import run_config
 from grpo_plugin.config.runtime import SERVER_PORT
-from grpo_plugin.config.schema import GRPOSettings
+from grpo_plugin.config.views import RunConfig
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.process import (
     Progress,
     ServerStartError,
     VLLMServerProcess,
     port_in_use,
+    specs_from,
     start_servers,
     stop_tree,
     wait_until,
@@ -66,11 +66,11 @@ def _tail(path: Path, n: int = 25) -> str:
         return "(no log)"
 
 
-def env_command(module: str, cfg: dict, settings, args: list[str]) -> list[str]:
+def env_command(module: str, run: RunConfig, args: list[str]) -> list[str]:
     """The command line of one environment process."""
-    vllm = cfg.get("vllm") or {}
-    base = runtime.server_url(vllm.get("host"), int(vllm.get("port") or SERVER_PORT))
-    model = str(cfg["base_model"])
+    settings = run.grpo.atropos
+    base = runtime.server_url(run.vllm.host, int(run.vllm.port or SERVER_PORT))
+    model = str(run.base_model)
     cmd = [sys.executable, "-m", module, "serve",
            "--env.tokenizer_name", model, "--env.rollout_server_url", settings.url]
     if settings.group_size:
@@ -84,11 +84,11 @@ MAX_RESTARTS = 3  # per process the launcher restarts
 
 
 class Launch:
-    def __init__(self, config: Path, cfg: dict, grpo: GRPOSettings | None, train_args: list[str]):
-        """`grpo`: the config's validated `grpo:` block (with its `atropos:` block)."""
-        self.config, self.cfg, self.grpo, self.train_args = config, cfg, grpo, train_args
-        self.settings = grpo.atropos if grpo is not None else None
-        self.logs = Path(cfg.get("output_dir") or "outputs") / "atropos_logs"
+    def __init__(self, config: Path, run: RunConfig, train_args: list[str]):
+        """`run`: the config's views (its `grpo:` block validated, with its `atropos:` block)."""
+        self.config, self.views, self.grpo, self.train_args = config, run, run.grpo, train_args
+        self.settings = run.grpo.atropos
+        self.logs = Path(run.output_dir or "outputs") / "atropos_logs"
         self.procs: list[tuple[str, subprocess.Popen]] = []  # (name, process), in start order
         self.trainer: subprocess.Popen | None = None
         self._log_files = []
@@ -168,7 +168,7 @@ class Launch:
 
     def _start_envs(self) -> None:
         for i, env in enumerate(self.settings.envs):
-            self._start(f"environment {i} ({env.module})", env_command(env.module, self.cfg, self.settings, env.args),
+            self._start(f"environment {i} ({env.module})", env_command(env.module, self.views, env.args),
                         self.logs / f"env_{i}.log")
 
     def _start_server(self) -> None:
@@ -177,8 +177,8 @@ class Launch:
         shared weight file."""
         logs = self.logs
         with _as_launch_error():  # a port already taken names it; nothing is killed
-            servers = start_servers(served_cfg(self.cfg), log_path=lambda i: logs / ("vllm_serve.log" if i == 0
-                                                                         else f"vllm_serve_{i}.log"))
+            servers = start_servers(specs_from(served(self.views)), log_path=lambda i: logs / (
+                "vllm_serve.log" if i == 0 else f"vllm_serve_{i}.log"))
         for server in servers:
             self._watch_server(server, "vLLM server" + (f" :{server.spec.port}" if len(servers) > 1 else ""))
         for server in servers:
@@ -281,17 +281,17 @@ def _as_launch_error():
         raise LaunchError(str(exc)) from None
 
 
-def served_cfg(cfg: dict) -> dict:
-    """The config as `axolotl vllm-serve` has it, for what server/process.py reads: the plugin's defaults filled in
-    (config/defaults.py, as its register hook fills them: the server's address) and `bf16: auto` resolved as
-    axolotl resolves it (an ipc server holds the weights in the trainer's dtype)."""
-    served = copy.deepcopy(cfg)
-    fill_defaults(served)
-    if served.get("bf16") == "auto":
-        import torch  # here: only for `bf16: auto` (the launcher stays light otherwise)
+def served(run: RunConfig) -> RunConfig:
+    """The run as `axolotl vllm-serve` has it, for the server's spec: `bf16: auto` (the one dtype left unresolved:
+    RunConfig.trainer_dtype None) resolved as axolotl resolves it (an ipc server holds the weights in the trainer's
+    dtype). The server's address needs nothing filled in: an unset vllm.host / vllm.port is the default the plugin
+    fills (config/defaults.py) in the spec too."""
+    if run.trainer_dtype is not None:
+        return run
+    import torch  # here: only for `bf16: auto` (the launcher stays light otherwise)
 
-        served["bf16"] = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    return served
+    bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return dataclasses.replace(run, trainer_dtype="bfloat16" if bf16 else "float32")
 
 
 def with_grace(proc: subprocess.Popen, sig: int, timeout: float) -> None:
@@ -310,16 +310,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     path = Path(args.config)
     try:
-        cfg = yaml.safe_load(path.read_text())
-        grpo = settings_of(cfg)
-        if grpo.atropos is None:
+        run = run_config(yaml.safe_load(path.read_text()))
+        if run.grpo.atropos is None:
             raise LaunchError(f"{path} has no grpo.atropos block (see docs/atropos.md)")
     except (OSError, yaml.YAMLError, ValueError, LaunchError) as exc:
         _say(f"ERROR: {exc}")
         return 2
     # the first `--` ends the launcher's arguments; a later one is axolotl's (`--launcher accelerate -- ...`)
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-    run = Launch(path, cfg, grpo, train_args)
+    launch = Launch(path, run, train_args)
 
     def _terminate(signum, frame):
         raise KeyboardInterrupt
@@ -327,14 +326,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     code = 1
     try:
-        code = run.run()
+        code = launch.run()
     except LaunchError as exc:
         _say(f"ERROR: {exc}")
     except KeyboardInterrupt:
         _say("interrupted: stopping everything this command started")
         code = 130
     finally:
-        run.stop_all()
+        launch.stop_all()
     _say(f"done (exit code {code})")
     return code
 

@@ -33,9 +33,10 @@ from pathlib import Path
 import yaml
 
 from grpo_plugin.bench.common import free_port, scratch, stack, stack_line
+from grpo_plugin.config.lookups import run_config
 from grpo_plugin.demo.tiny import MODEL_SIZES, build_digit_task, build_model
 from grpo_plugin.server.client import VLLMServerClient
-from grpo_plugin.server.process import VLLMServerProcess, spec_from_cfg
+from grpo_plugin.server.process import VLLMServerProcess, spec_from
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = {"lora_sync": "quickstart_lora_sync.yaml", "restart": "quickstart_restart.yaml",
@@ -117,7 +118,7 @@ def _train(cfg: dict, cores: set[int], threads: int, log: Path) -> dict:
 @contextlib.contextmanager
 def _pinned_server(cfg: dict, log: Path, timeout: float = 900.0):
     """A vLLM server for `cfg`, its process tree on SERVER_CORE (inherited from this thread's affinity at start)."""
-    server = VLLMServerProcess(spec_from_cfg(cfg), log_path=log)
+    server = VLLMServerProcess(spec_from(run_config(cfg)), log_path=log)
     saved_affinity, saved_bind = os.sched_getaffinity(0), os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(SERVER_CORE)
     os.sched_setaffinity(0, {SERVER_CORE})

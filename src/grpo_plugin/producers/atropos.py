@@ -63,7 +63,8 @@ def env_score(prompts=None, completions=None, atropos_score=None, **kwargs) -> l
 
 
 def _eval_reward_funcs() -> list:
-    atropos = lookups.current_settings().atropos
+    # a reward function named by path: axolotl hands it no config, so it reads the one this process loaded
+    atropos = lookups.loaded_run().grpo.atropos
     return [import_callable(p) for p in (atropos.eval_reward_funcs if atropos else None) or []]
 
 
@@ -167,10 +168,13 @@ class AtroposProducer(BaseDataProducer):
     ledger) and hands each step's batch to every rank (`spec.broadcast_object`, on the main thread where every rank
     produces at the same point); each rank trains its contiguous share of the batch's rows (`rank_rows`)."""
 
-    def __init__(self, config, *, settings, args, spec: GenerationSpec):
-        """`settings`: grpo.atropos; `args`: the trainer's TrainingArguments (batch sizes, checkpoints, steps)."""
+    def __init__(self, config, *, settings, args, spec: GenerationSpec, sequence_len: int, wandb: tuple[str, str]):
+        """`settings`: grpo.atropos; `args`: the trainer's TrainingArguments (batch sizes, checkpoints, steps);
+        `sequence_len`: the config's (the longest sequence unless grpo.atropos.max_token_len says otherwise);
+        `wandb`: the config's wandb_project and wandb_run_id, handed to the run-api."""
         super().__init__(config)
-        self.settings, self.args, self.spec = settings, args, spec
+        self.settings, self.args, self.spec, self.wandb = settings, args, spec, wandb
+        self.max_token_len = settings.max_token_len or sequence_len
         self.leads = spec.process_index == 0
         self.local_batch = args.per_device_train_batch_size * args.steps_per_generation
         self.global_batch = self.local_batch * spec.num_processes
@@ -279,7 +283,6 @@ class AtroposProducer(BaseDataProducer):
             _say(f"resuming at step {global_step}: {len(replay)} spooled batch(es) are trained first "
                  f"(from {root}), then new ones from the run-api")
         self._register(global_step + len(replay))
-        self._max_len = self.settings.max_token_len or int(lookups.loaded_cfg().get("sequence_len") or 2048)
         self._scale = {True: "group", False: "none"}.get(spec.scale_rewards, spec.scale_rewards)
         self._temperature = float(spec.temperature or 1.0)
         self._version_client = VLLMServerClient(spec.client.base_url, timeout=30)
@@ -292,12 +295,10 @@ class AtroposProducer(BaseDataProducer):
 
     def _register(self, starting_step: int) -> None:
         args = self.args
-        cfg = lookups.loaded_cfg()
         interval = int(args.save_steps) if self._saving and float(args.save_steps).is_integer() else -1
-        self.api.register(batch_size=self.global_batch, max_token_len=self.settings.max_token_len or int(
-            cfg.get("sequence_len") or 2048), starting_step=starting_step, num_steps=int(args.max_steps),
-            checkpoint_dir=str(args.output_dir), save_checkpoint_interval=interval,
-            wandb_project=str(cfg.get("wandb_project") or ""), wandb_group=str(cfg.get("wandb_run_id") or ""))
+        self.api.register(batch_size=self.global_batch, max_token_len=self.max_token_len, starting_step=starting_step,
+                          num_steps=int(args.max_steps), checkpoint_dir=str(args.output_dir),
+                          save_checkpoint_interval=interval, wandb_project=self.wandb[0], wandb_group=self.wandb[1])
         info = self.api.info()
         if int(info.get("batch_size", -1)) != self.global_batch:
             raise AtroposError(
@@ -327,7 +328,7 @@ class AtroposProducer(BaseDataProducer):
 
     def _prepare(self, seq: int, meta: dict, reply: BatchReply) -> PreparedBatch:
         t = tensorize(reply.groups, pad_token_id=self.spec.pad_token_id,
-                      vocab_size=self.spec.vocab_size, max_len=self._max_len, scale_rewards=self._scale,
+                      vocab_size=self.spec.vocab_size, max_len=self.max_token_len, scale_rewards=self._scale,
                       default_temperature=self._temperature)
         for r in t.rejections:
             _say(f"batch {seq}: rejected {r} — the rest of the batch trains")

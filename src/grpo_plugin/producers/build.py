@@ -14,6 +14,7 @@ import contextlib
 
 from axolotl.core.trainers.grpo.async_trainer import ProducerConfig
 
+from grpo_plugin.config.views import RunConfig
 from grpo_plugin.producers.agent import AgentRolloutProducer
 from grpo_plugin.producers.atropos import AtroposProducer
 from grpo_plugin.producers.local import LocalRolloutProducer
@@ -23,16 +24,18 @@ from grpo_plugin.producers.spec import GenerationSpec
 LAG_WAIT_S = 1800.0  # longest a rollout waits for the version grpo.max_policy_lag needs (a push that never comes)
 
 
-def build_producer(args, train_dataset, settings, spec: GenerationSpec, *, host):
-    """`args`: the trainer's TrainingArguments; `settings`: grpo; `host`: the trainer, which axolotl's prompt
+def build_producer(args, train_dataset, run: RunConfig, spec: GenerationSpec, *, host):
+    """`args`: the trainer's TrainingArguments; `run`: the run's config; `host`: the trainer, which axolotl's prompt
     sampler reads (rank, collator, dataloader settings: `GRPODataProducer.set_trainer`)."""
+    settings = run.grpo
     config = ProducerConfig(
         mini_epochs=args.num_iterations, max_rollouts=None, eval_during_produce=False,
         empty_cache_before_produce=False, empty_cache_after_produce=False,
         async_prefetch=bool(args.async_prefetch), prefetch_depth=args.prefetch_depth,
     )
     if settings.atropos is not None:
-        return AtroposProducer(config, settings=settings.atropos, args=args, spec=spec)
+        return AtroposProducer(config, settings=settings.atropos, args=args, spec=spec, sequence_len=run.sequence_len,
+                               wandb=(run.wandb_project, run.wandb_run_id))
     rollout_func = getattr(host, "rollout_func", None)  # trl.rollout_func, as axolotl handed it to TRL
     local, extra = LocalRolloutProducer, {}
     if rollout_func is not None:

@@ -23,7 +23,7 @@ import torch
 from axolotl.core.trainers.grpo.async_trainer import GRPODataProducer, RolloutDataset
 from trl.data_utils import is_conversational
 
-from grpo_plugin.config import lookups
+from grpo_plugin.config.views import TRLView
 from grpo_plugin.producers.completion_tensors import rollout_tensors
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, Rollout
 from grpo_plugin.producers.seeds import seeded
@@ -148,10 +148,7 @@ def sampling_kwargs(trainer, extra: dict | None) -> dict:
             "min_p": trainer.min_p, "repetition_penalty": trainer.repetition_penalty, "extra": extra}
 
 
-def generation_kwargs(args) -> dict:
+def generation_kwargs(args, trl: TRLView) -> dict:
     """`trl.generation_kwargs`: more fields of each generation request (vLLM's sampling parameters). axolotl (0.19,
-    0.21) does not pass this key on to TRL's args, so it is read from the config axolotl loaded when they lack it."""
-    value = getattr(args, "generation_kwargs", None)
-    if not value:
-        value = (lookups.loaded_cfg().get("trl") or {}).get("generation_kwargs")
-    return dict(value or {})
+    0.21) does not pass this key on to TRL's args, so it is read from the run's config (`trl`) when they lack it."""
+    return dict(getattr(args, "generation_kwargs", None) or trl.generation_kwargs or {})

@@ -21,7 +21,6 @@ from urllib.parse import urlparse
 from transformers import TrainerCallback
 
 from grpo_plugin.config import runtime
-from grpo_plugin.config.lookups import loaded_cfg
 from grpo_plugin.reporting.metrics import (
     MetricsWriter,
     eval_record,
@@ -143,10 +142,10 @@ class StepMetricsCallback(TrainerCallback):
     """Times each step, closes its record, writes it (rank 0, `grpo.metrics`), and the summary at the end."""
 
     def __init__(self, recorder: StepRecorder, session: SyncSession, settings: GRPOSettings, *, output_dir: str,
-                 write: bool, model: Callable[[], object], optimizer: Callable[[], object]):
-        """`write`: this process writes the metrics (rank 0, metrics on). `model()` and `optimizer()`: the
-        trainer's, named in the summary at the end."""
-        self.recorder, self.session, self.settings = recorder, session, settings
+                 write: bool, base_model: str | None, model: Callable[[], object], optimizer: Callable[[], object]):
+        """`write`: this process writes the metrics (rank 0, metrics on). `base_model` (the config's), else
+        `model()`'s own name, and `optimizer()`: the trainer's, named in the summary at the end."""
+        self.recorder, self.session, self.settings, self.base_model = recorder, session, settings, base_model
         self.writer = MetricsWriter(output_dir) if write else None
         self.model, self.optimizer = model, optimizer
         self._t0 = 0.0
@@ -195,7 +194,7 @@ class StepMetricsCallback(TrainerCallback):
         records = self.writer.records
         summary = summarize(
             records, mode=self.session.mode, tolerance=tolerance,
-            model=str(loaded_cfg().get("base_model") or getattr(self.model(), "name_or_path", "")),
+            model=str(self.base_model or getattr(self.model(), "name_or_path", "")),
             server_peak_rss_mb=round(self._server_peak, 1) if self._server_peak else None,
             extra={"sync_interval": self.settings.sync_interval, "optimizer": optimizer_name(self.optimizer()),
                    "servers": server_summary(records, [c.base_url for c in replicas_of(self.session.client)],

@@ -9,8 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-from grpo_plugin.config.lookups import settings_of
-from grpo_plugin.server.process import VLLMServerProcess, start_servers
+from grpo_plugin.config.views import RunConfig
+from grpo_plugin.server.process import VLLMServerProcess, specs_from, start_servers
 
 _SERVERS: list[VLLMServerProcess] = []
 
@@ -20,20 +20,20 @@ def servers() -> list[VLLMServerProcess]:
     return list(_SERVERS)
 
 
-def log_path(cfg, index: int) -> str:
-    log = settings_of(cfg).server_log or str(Path(cfg.get("output_dir") or ".") / "vllm_server.log")
+def log_path(run: RunConfig, index: int) -> str:
+    log = run.grpo.server_log or str(Path(run.output_dir or ".") / "vllm_server.log")
     if index == 0:
         return log
     path = Path(log)
     return str(path.with_name(f"{path.stem}-{index}{path.suffix}"))
 
 
-def start(cfg) -> VLLMServerProcess:
-    """Start the servers (non-blocking; the trainer waits for their health with a progress line). Returns the
+def start(run: RunConfig) -> VLLMServerProcess:
+    """Start the run's servers (non-blocking; the trainer waits for their health with a progress line). Returns the
     first. A server that cannot start stops the ones already started."""
     if _SERVERS:
         return _SERVERS[0]
-    started = start_servers(cfg, log_path=lambda i: log_path(cfg, i))
+    started = start_servers(specs_from(run), log_path=lambda i: log_path(run, i))
     _SERVERS.extend(started)
     for server in started:
         print(f"[grpo_plugin] started managed vLLM server pid {server.pid} on {server.spec.base_url} "

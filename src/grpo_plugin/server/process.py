@@ -22,7 +22,6 @@ from pathlib import Path
 import psutil
 
 from grpo_plugin.config import runtime
-from grpo_plugin.config.lookups import settings_of
 from grpo_plugin.config.runtime import SERVER_HOST, SERVER_PORT
 from grpo_plugin.config.server import (
     FORK_ENGINE_ENV,
@@ -33,9 +32,9 @@ from grpo_plugin.config.server import (
     WORKER_EXTENSION,
     cuda_available,
     lora_rank_for_vllm,
-    trainer_dtype,
 )
 from grpo_plugin.config.storage import SyncDir
+from grpo_plugin.config.views import RunConfig
 from grpo_plugin.server.client import VLLMServerClient
 from grpo_plugin.server.tether import tethered
 
@@ -447,11 +446,11 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def specs_from_cfg(cfg, **overrides) -> list[ServerSpec]:
+def specs_from(run: RunConfig, **overrides) -> list[ServerSpec]:
     """One spec per server `grpo.num_servers` asks for: the same settings on consecutive ports from vllm.port;
     on a GPU machine each gets its own tensor_parallel_size GPUs of the visible ones (device_slices)."""
-    first = spec_from_cfg(cfg, **overrides)
-    n = settings_of(cfg).num_servers
+    first = spec_from(run, **overrides)
+    n = run.grpo.num_servers
     gpus = visible_gpus() if n > 1 else []
     devices = device_slices(gpus, n, first.tensor_parallel_size) if gpus else [None] * n
     bind_cpus = n > 1 and not gpus and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
@@ -460,13 +459,13 @@ def specs_from_cfg(cfg, **overrides) -> list[ServerSpec]:
             for i in range(n)]
 
 
-def start_servers(cfg, log_path: Callable[[int], str | None] = lambda i: None,
-                  **overrides) -> list[VLLMServerProcess]:
-    """Start every server of `specs_from_cfg` (non-blocking). ipc: the first exports the shared weight file, the
+def start_servers(specs: list[ServerSpec], log_path: Callable[[int], str | None] = lambda i: None
+                  ) -> list[VLLMServerProcess]:
+    """Start a server for each spec (`specs_from`; non-blocking). ipc: the first exports the shared weight file, the
     others map it. A server that cannot start stops those already started (PortInUseError names the port)."""
     started: list[VLLMServerProcess] = []
     try:
-        for i, spec in enumerate(specs_from_cfg(cfg, **overrides)):
+        for i, spec in enumerate(specs):
             server = VLLMServerProcess(spec, log_path=log_path(i), shares_with=started[0] if started else None)
             server.start()
             started.append(server)
@@ -477,37 +476,34 @@ def start_servers(cfg, log_path: Callable[[int], str | None] = lambda i: None,
     return started
 
 
-def spec_from_cfg(cfg, **overrides) -> ServerSpec:
-    """Server settings from the validated axolotl config (`base_model`, `vllm:`, `lora_r`); CLI overrides win."""
-    vllm = cfg.get("vllm") or {}
-    settings = settings_of(cfg)
+def spec_from(run: RunConfig, **overrides) -> ServerSpec:
+    """Server settings from a run's config (`base_model`, `vllm:`, `lora_r`, `grpo:`); CLI overrides win."""
+    settings = run.grpo
     sync = settings.sync
 
     def get(key, default=None):
-        for source in (overrides, vllm):
-            if source.get(key) is not None:
-                return source[key]
+        for value in (overrides.get(key), getattr(run.vllm, key)):
+            if value is not None:
+                return value
         return default
 
-    adapter = cfg.get("adapter")
     ipc = sync == "ipc"
     return ServerSpec(
-        model=overrides.get("model") or cfg.get("base_model"),
+        model=overrides.get("model") or run.base_model,
         host=get("host", SERVER_HOST),
         port=int(get("port", SERVER_PORT)),
-        dtype=(trainer_dtype(cfg) or "auto") if ipc and get("dtype") in (None, "auto") else get("dtype"),
+        dtype=(run.trainer_dtype or "auto") if ipc and get("dtype") in (None, "auto") else get("dtype"),
         max_model_len=get("max_model_len"),
         enforce_eager=bool(get("enforce_eager", False)),
         gpu_memory_utilization=get("gpu_memory_utilization"),
         tensor_parallel_size=int(get("tensor_parallel_size", 1) or 1),
         enable_prefix_caching=get("enable_prefix_caching"),
-        trust_remote_code=bool(cfg.get("trust_remote_code")),
-        enable_lora=sync == "lora_sync" and adapter in ("lora", "qlora"),
-        max_lora_rank=lora_rank_for_vllm(int(cfg.get("lora_r") or 16)),
-        seed=int(cfg["seed"]) if cfg.get("seed") is not None else None,
+        trust_remote_code=run.trust_remote_code,
+        enable_lora=sync == "lora_sync" and run.adapter in ("lora", "qlora"),
+        max_lora_rank=lora_rank_for_vllm(run.lora_r),
+        seed=run.seed,
         ipc=ipc,
         ipc_root=settings.sync_dir if ipc else None,
         ipc_gemm=settings.ipc_gemm or "onednn",
         chunked_prefill=not (settings.seeded_sampling and not cuda_available()),
     )
-

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from accelerate.utils import broadcast_object_list
 from transformers import TrainerCallback
 
-from grpo_plugin.config.lookups import DEFAULT_TOLERANCE, loaded_cfg
+from grpo_plugin.config.lookups import DEFAULT_TOLERANCE
 from grpo_plugin.config.schema import GRPOSettings
 from grpo_plugin.config.storage import sync_root
 from grpo_plugin.server import files
@@ -39,13 +39,16 @@ if TYPE_CHECKING:
 
 class SyncSession:
     def __init__(self, settings: GRPOSettings, client, *, world_size: int, overlapped: bool,
-                 step: Callable[[], int], on_result: Callable[[SyncResult | None], None]):
+                 step: Callable[[], int], on_result: Callable[[SyncResult | None], None],
+                 max_model_len: int | None):
         """`world_size`: the trainer's processes (one process restores the weights on a replaced server; with
         several ranks a lost server ends the run, which resumes from its checkpoints). `overlapped`: generation
         overlaps training (prefetch, Atropos): the probe's server half then runs beside the next rollout.
         `step()`: the trainer's global step. `on_result(result)`: the sync done for the current step, for the
-        step's metrics (None on the ranks that did not push)."""
+        step's metrics (None on the ranks that did not push). `max_model_len`: the server's (vllm.max_model_len; None:
+        the model's), which bounds the probe."""
         self.settings, self.client, self.on_result, self.overlapped = settings, client, on_result, overlapped
+        self.max_model_len = max_model_len
         self.gate = PolicyGate()  # rollouts lease a version; in-place writes exclude them
         self.weight_sync = build_weight_sync(settings, client, self.gate)
         self.guard = ServerGuard(
@@ -88,7 +91,7 @@ class SyncSession:
         self.tolerance = self.settings.verify_tolerance or DEFAULT_TOLERANCE.get(str(dtype).removeprefix("torch."),
                                                                                   1e-4)
         lengths = [x for x in (getattr(unwrapped.config, "max_position_embeddings", None),
-                               (loaded_cfg().get("vllm") or {}).get("max_model_len")) if x]
+                               self.max_model_len) if x]
         probe_ids = tokenizer(self.settings.probe_text, add_special_tokens=False)["input_ids"]
         # environments name the base model on the OpenAI routes: in lora_sync the adapter must answer those too
         self.verifier = ProbeVerifier(self.client, probe_ids, self.tolerance, self.mode,
