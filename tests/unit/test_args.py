@@ -243,10 +243,10 @@ def test_atropos_with_a_local_eval_set_scored_by_its_own_reward_functions(base_c
 
 
 def test_every_mode_the_schema_accepts_has_a_builder():
-    from grpo_plugin.config.schema import SYNC_MODES
-    from grpo_plugin.sync import MODES
+    from grpo_plugin.config.modes import MODES, SYNC_MODES
+    from grpo_plugin.sync import BUILDERS
 
-    assert set(MODES) == set(SYNC_MODES)
+    assert {mode.name for mode in BUILDERS} == set(SYNC_MODES) == set(MODES)
 
 
 def test_policy_lag_bound_defaults_to_one_or_what_the_sync_interval_implies():

@@ -249,23 +249,38 @@ def test_a_config_whose_files_are_missing_fails_before_loading_naming_each(tiny_
 
 
 def test_the_mode_list_and_default_are_one_table():
-    """The schema's modes and default, the registry that builds a mode and the rules that check one agree: a mode
-    added in one place and not the others fails here."""
+    """The schema's modes and default come from the modes' table (config/modes.py), and the registry that builds a
+    mode is keyed by its objects: a mode added to one and not the other fails here."""
     from typing import get_args
 
-    from grpo_plugin.config.schema import DEFAULT_SYNC, SYNC_MODES, GRPOSettings
-    from grpo_plugin.sync import MODES
-    from grpo_plugin.sync.rules import RULES
+    from grpo_plugin.config.modes import DEFAULT_SYNC, MODES, SYNC_MODES
+    from grpo_plugin.config.schema import GRPOSettings
+    from grpo_plugin.sync import BUILDERS
 
-    assert set(SYNC_MODES) == set(MODES) == set(RULES)
+    assert set(BUILDERS) == set(MODES.values()) and all(MODES[name].name == name for name in SYNC_MODES)
     assert set(get_args(GRPOSettings.model_fields["sync"].annotation)) == set(SYNC_MODES)
     assert DEFAULT_SYNC in SYNC_MODES and GRPOSettings().sync == DEFAULT_SYNC
 
 
-def test_the_grpo_block_is_read_through_the_validated_settings_only():
-    """Outside config/, code reads `grpo:` through config.lookups.settings_of / current_settings (validated), never
-    as a raw dict (the mode rules too: sync/rules.py validates the block before it picks them)."""
-    raw = re.compile(r"""\.get\(\s*["']grpo["']\s*\)|\[\s*["']grpo["']\s*\]""")
+def test_a_mode_name_is_compared_only_in_the_modes_table_and_sync():
+    """Schema, preflight and the server's spec ask the mode object (config/modes.py) instead of comparing its name:
+    outside sync/, config/modes.py and the benchmarks, no code compares `grpo.sync` with a mode's name."""
+    names = r"""["'](?:ipc|lora_sync|restart)["']"""
+    compared = re.compile(rf"""[=!]=\s*{names}|{names}\s*[=!]=|\bin\s*\([^)]*{names}""")
+    found = []
+    for path in sorted((ROOT / "src" / "grpo_plugin").rglob("*.py")):
+        rel = path.relative_to(ROOT / "src" / "grpo_plugin").as_posix()
+        if rel.startswith(("sync/", "bench/")) or rel == "config/modes.py":
+            continue
+        found += [f"{rel}:{n}" for n, line in enumerate(path.read_text().splitlines(), 1) if compared.search(line)]
+    assert not found, found
+
+
+def test_the_config_is_read_through_its_views_only():
+    """Outside config/ (and the benchmarks, which write configs), code reads the config through the views
+    config.lookups.run_config builds (`grpo:` validated, `vllm:` and `trl:` typed), never its blocks as raw dicts,
+    and never axolotl's loaded config itself."""
+    raw = re.compile(r"""\.get\(\s*["'](grpo|vllm|trl)["']\s*\)|\[\s*["'](grpo|vllm|trl)["']\s*\]|loaded_cfg\(""")
     found = []
     for path in sorted((ROOT / "src" / "grpo_plugin").rglob("*.py")):
         rel = path.relative_to(ROOT / "src" / "grpo_plugin").as_posix()

@@ -1,6 +1,5 @@
 """Cross-key checks: the rules that need keys outside `grpo:` (trl:, vllm:, the sharding backend, Atropos) and hold
-whatever the sync mode. Each sync mode's own rules sit beside the mode (sync/ipc_rules.py, ...; sync/rules.py picks
-them). Each raises ValueError naming the key and the fix.
+whatever the sync mode (each mode's own rules: config/modes.py). Each raises ValueError naming the key and the fix.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from grpo_plugin.config.modes import DEFAULT_SYNC, MODES
 from grpo_plugin.config.request_check import request_problems
-from grpo_plugin.config.schema import DEFAULT_SYNC
 from grpo_plugin.config.server import trainer_dtype
 from grpo_plugin.config.storage import default_sync_root
 
@@ -203,7 +203,8 @@ def sync_dir_problems(data: dict) -> list[str]:
     if not target.is_dir() or not os.access(target, os.W_OK | os.X_OK):
         return [f"{where} is not writable ({target} is not a writable directory). Set grpo.sync_dir to a "
                 "directory you can write (fast local disk or tmpfs)."]
-    if (grpo.get("sync") or DEFAULT_SYNC) == "lora_sync":
+    mode = MODES.get(str(grpo.get("sync") or DEFAULT_SYNC))
+    if mode is not None and not mode.full_weights:
         return []  # an adapter: megabytes
     base = data.get("base_model")
     if not isinstance(base, str) or not Path(base).expanduser().is_dir():

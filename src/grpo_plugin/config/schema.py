@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import difflib
 from typing import Any, Literal
-from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from grpo_plugin.config.runtime import config_value, is_local, is_server_url, world_size
-
-SYNC_MODES = ("ipc", "lora_sync", "restart")  # the modes, and the one a config without `grpo.sync` gets:
-DEFAULT_SYNC = "lora_sync"  # the registry (sync/__init__.py) and the rules (sync/rules.py) are keyed by these
+from grpo_plugin.config.modes import DEFAULT_SYNC, MODES, OWNERS, SYNC_MODES
+from grpo_plugin.config.runtime import config_value, is_server_url
 
 
 def _refuse_unknown_keys(model: type[BaseModel], data: Any, prefix: str) -> Any:
@@ -254,17 +251,14 @@ class GRPOSettings(BaseModel):
                 f"{self.sync_interval - 1}: with a push every {self.sync_interval} steps the server's weights are "
                 f"up to {self.sync_interval - 1} steps old, so rollouts would wait forever. Raise max_policy_lag "
                 "or lower sync_interval.")
-        if self.restart_strategy is not None and self.sync != "restart":
-            raise ValueError(
-                f"grpo.restart_strategy only applies to `grpo.sync: restart` (sync is {self.sync!r}). "
-                "Remove grpo.restart_strategy."
-            )
-        for key in ("ipc_fence", "ipc_gemm"):
-            if getattr(self, key) is not None and self.sync != "ipc":
-                raise ValueError(f"grpo.{key} only applies to `grpo.sync: ipc` (sync is {self.sync!r}). "
+        mode = MODES[self.sync]
+        for key in type(self).model_fields:  # a key of one mode set under another (in the schema's order)
+            owner = OWNERS.get(key)
+            if owner not in (None, mode) and getattr(self, key) is not None:
+                raise ValueError(f"grpo.{key} only applies to `grpo.sync: {owner.name}` (sync is {self.sync!r}). "
                                  f"Remove grpo.{key}.")
         if self.atropos is not None:
-            if self.sync == "ipc" and self.ipc_fence == "trainer":
+            if self.ipc_fence == "trainer":
                 raise ValueError(
                     "grpo.ipc_fence: trainer assumes the trainer is the server's only client, but with "
                     "grpo.atropos the environments generate on it too. Remove grpo.ipc_fence (with atropos it "
@@ -274,25 +268,8 @@ class GRPOSettings(BaseModel):
                     "grpo.restart_strategy: process restarts the vLLM server on every sync, which breaks the "
                     "Atropos environments generating on it (their requests fail while it is down). Use "
                     "`grpo.restart_strategy: reload` (the default).")
-        if self.sync == "ipc":
-            ranks = world_size()
-            if ranks > 1 and self.ipc_fence == "trainer":
-                raise ValueError(
-                    f"grpo.ipc_fence: trainer assumes one trainer process generates on the server, but this run has "
-                    f"{ranks} ranks: one may generate while rank 0's optimizer writes the shared weights. Remove "
-                    "grpo.ipc_fence (with several ranks it defaults to server: vLLM pauses generation around each "
-                    "optimizer step).")
-            self.ipc_fence = self.ipc_fence or ("server" if self.atropos is not None or ranks > 1 else "trainer")
-            self.ipc_gemm = self.ipc_gemm or "onednn"
-            if self.sync_interval != 1:
-                raise ValueError(
-                    f"grpo.sync_interval: {self.sync_interval} does not apply to `grpo.sync: ipc`: the server "
-                    "computes with the trainer's own weights, so every optimizer step is visible at once. "
-                    "Remove grpo.sync_interval."
-                )
+        mode.settle(self)  # the mode's own rules, and its keys' defaults (config/modes.py)
         self._check_servers()
-        if self.sync == "restart" and self.restart_strategy is None:
-            self.restart_strategy = "reload"
         if self.restart_strategy == "process" and not self.managed_server:
             raise ValueError(
                 "grpo.restart_strategy: process restarts the vLLM server on every sync, and the trainer only "
@@ -317,11 +294,7 @@ class GRPOSettings(BaseModel):
                 raise ValueError("grpo.server_urls names servers started elsewhere, but grpo.managed_server: true "
                                  "starts them itself. Use grpo.num_servers with managed_server, or remove "
                                  "managed_server.")
-            if self.sync == "ipc":
-                remote = [u for u in self.server_urls if not is_local(urlparse(u).hostname)]
-                if remote:
-                    raise ValueError(f"grpo.sync: ipc shares one copy of the weights on this machine; "
-                                     f"grpo.server_urls {remote} are elsewhere. Use grpo.sync: restart or lora_sync.")
+            MODES[self.sync].check_server_urls(self.server_urls)
         if self.servers > 1 and self.atropos is not None:
             raise ValueError(
                 f"grpo.atropos with {self.servers} vLLM servers: the Atropos environments generate on one server "

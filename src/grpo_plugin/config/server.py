@@ -1,9 +1,8 @@
 """The vLLM server's settings as the config and the machine decide them: names the server command carries, the LoRA
 rank vLLM accepts, the trainer's dtype, whether CUDA is there.
 
-Pure lookups, no process handling (that is server/process.py): the config checks (config/,
-sync/ipc_rules.py), the sync modes (sync/base.py) and the server launcher all read these, so they sit below all
-of them.
+Pure lookups, no process handling (that is server/process.py): the config checks and the modes' table (config/),
+the sync modes (sync/base.py) and the server launcher all read these, so they sit below all of them.
 """
 
 from __future__ import annotations

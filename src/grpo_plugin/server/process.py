@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from grpo_plugin.config import runtime
+from grpo_plugin.config.modes import MODES
 from grpo_plugin.config.runtime import SERVER_HOST, SERVER_PORT
 from grpo_plugin.config.server import (
     FORK_ENGINE_ENV,
@@ -479,7 +480,6 @@ def start_servers(specs: list[ServerSpec], log_path: Callable[[int], str | None]
 def spec_from(run: RunConfig, **overrides) -> ServerSpec:
     """Server settings from a run's config (`base_model`, `vllm:`, `lora_r`, `grpo:`); CLI overrides win."""
     settings = run.grpo
-    sync = settings.sync
 
     def get(key, default=None):
         for value in (overrides.get(key), getattr(run.vllm, key)):
@@ -487,23 +487,22 @@ def spec_from(run: RunConfig, **overrides) -> ServerSpec:
                 return value
         return default
 
-    ipc = sync == "ipc"
+    # what the mode decides: the served dtype, LoRA loading, the shared weights (config/modes.py)
+    flags = MODES[settings.sync].server_flags(settings, adapter=run.adapter, dtype=get("dtype"),
+                                              trainer_dtype=run.trainer_dtype)
     return ServerSpec(
         model=overrides.get("model") or run.base_model,
         host=get("host", SERVER_HOST),
         port=int(get("port", SERVER_PORT)),
-        dtype=(run.trainer_dtype or "auto") if ipc and get("dtype") in (None, "auto") else get("dtype"),
         max_model_len=get("max_model_len"),
         enforce_eager=bool(get("enforce_eager", False)),
         gpu_memory_utilization=get("gpu_memory_utilization"),
         tensor_parallel_size=int(get("tensor_parallel_size", 1) or 1),
         enable_prefix_caching=get("enable_prefix_caching"),
         trust_remote_code=run.trust_remote_code,
-        enable_lora=sync == "lora_sync" and run.adapter in ("lora", "qlora"),
         max_lora_rank=lora_rank_for_vllm(run.lora_r),
         seed=run.seed,
-        ipc=ipc,
-        ipc_root=settings.sync_dir if ipc else None,
         ipc_gemm=settings.ipc_gemm or "onednn",
         chunked_prefill=not (settings.seeded_sampling and not cuda_available()),
+        **flags,
     )

@@ -1,9 +1,10 @@
-"""Weight-sync modes, picked by `grpo.sync`: one builder per mode (the schema allows only these names). Each mode's
-config rules sit beside it (`<mode>_rules.py`, picked by rules.py) and load without torch, so this package imports
-nothing heavy itself: the modes and the verifiers (which need torch) load when used."""
+"""Weight-sync modes, picked by `grpo.sync`: one builder per mode of config/modes.py's table (BUILDERS, keyed by its
+mode objects, which hold what the config and the server ask of a mode). This package imports nothing heavy itself:
+the modes and the verifiers (which need torch) load when used."""
 
 from __future__ import annotations
 
+from grpo_plugin.config.modes import IPC, LORA_SYNC, MODES, RESTART
 from grpo_plugin.sync.base import SyncResult, WeightSync
 
 
@@ -43,14 +44,14 @@ def _fenced(sync, settings, client, shared: bool) -> WeightSync:
     return FencedSync(sync, ServerFence(client, settings.sync))
 
 
-MODES = {"ipc": _ipc, "lora_sync": _lora_sync, "restart": _restart}
+BUILDERS = {IPC: _ipc, LORA_SYNC: _lora_sync, RESTART: _restart}
 
 
 def build_weight_sync(settings, client, gate) -> WeightSync:
     """The mode's WeightSync. With grpo.atropos the environments generate on the server too: every write runs
     inside the server fence and announces the policy version (sync/fence.py). `gate`: the trainer's policy gate
     (sync/gate.py), which lora_sync and ipc consult themselves."""
-    return MODES[settings.sync](settings, client, shared=settings.atropos is not None, gate=gate)
+    return BUILDERS[MODES[settings.sync]](settings, client, shared=settings.atropos is not None, gate=gate)
 
 
 def __getattr__(name: str):  # the verifiers need torch: loaded when asked for, not with the config rules
@@ -61,4 +62,4 @@ def __getattr__(name: str):  # the verifiers need torch: loaded when asked for, 
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["MODES", "DeferredVerifier", "ProbeVerifier", "SyncResult", "WeightSync", "build_weight_sync"]
+__all__ = ["BUILDERS", "DeferredVerifier", "ProbeVerifier", "SyncResult", "WeightSync", "build_weight_sync"]
