@@ -30,7 +30,7 @@ class GRPOPlugin(BasePlugin):
         from grpo_plugin.compat.collector import freeze_at_exit
         from grpo_plugin.compat.cpu_ranks import allow_cpu_ranks
         from grpo_plugin.compat.host import check_host_versions
-        from grpo_plugin.config.checks import uses_fsdp
+        from grpo_plugin.config.checks import uses_deepspeed, uses_fsdp
         from grpo_plugin.config.errors import install_excepthook
 
         check_host_versions()
@@ -38,7 +38,7 @@ class GRPOPlugin(BasePlugin):
         install_excepthook(rank=global_rank())
         freeze_at_exit()  # the process ends in ~2 s, not after ~15 s of final garbage collection
         # several trainer ranks on a machine without CUDA, as DDP or DeepSpeed (compat/cpu_ranks.py)
-        allow_cpu_ranks(deepspeed=bool(cfg.get("deepspeed")), fsdp=uses_fsdp(cfg))
+        allow_cpu_ranks(deepspeed=uses_deepspeed(cfg), fsdp=uses_fsdp(cfg))
         fill_defaults(cfg)
 
     def load_datasets(self, cfg, preprocess: bool = False):

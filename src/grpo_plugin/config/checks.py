@@ -259,6 +259,11 @@ def _zero_stage(data: dict) -> int | None:
         return None
 
 
+def uses_deepspeed(data) -> bool:
+    """The config trains under DeepSpeed (`deepspeed`: its JSON)."""
+    return bool(data.get("deepspeed"))
+
+
 def uses_fsdp(data) -> bool:
     """The config shards with FSDP (`fsdp`, `fsdp_config` or `fsdp_version`)."""
     return bool(data.get("fsdp") or data.get("fsdp_config") or data.get("fsdp_version"))

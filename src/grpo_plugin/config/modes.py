@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from grpo_plugin.config import server
-from grpo_plugin.config.checks import uses_fsdp
+from grpo_plugin.config.checks import uses_deepspeed, uses_fsdp
 from grpo_plugin.config.runtime import config_value, is_local, world_size
 
 ADAPTERS = ("lora", "qlora")  # the `adapter:` values lora_sync trains
@@ -108,7 +108,7 @@ class Ipc(SyncMode):
         if want and have not in (None, "auto") and str(have).removeprefix("torch.") not in aliases.get(want, (want,)):
             problems.append(f"`vllm.dtype: {have}` but the trainer trains in {want}: one shared copy has one dtype. "
                             "Remove vllm.dtype (the plugin passes the trainer's dtype) or change the precision keys.")
-        if data.get("deepspeed") or uses_fsdp(data):
+        if uses_deepspeed(data) or uses_fsdp(data):
             problems.append("`deepspeed` / `fsdp`: ipc needs the trainer's parameters to stay views of the ONE shared "
                             "copy; DeepSpeed flattens them (ZeRO-1/2) or splits them across ranks (ZeRO-3), FSDP "
                             "shards them — a gathered copy would be the second copy ipc exists to avoid. Remove them: "

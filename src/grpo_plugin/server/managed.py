@@ -33,7 +33,8 @@ def start(run: RunConfig) -> VLLMServerProcess:
     first. A server that cannot start stops the ones already started."""
     if _SERVERS:
         return _SERVERS[0]
-    started = start_servers(specs_from(run), log_path=lambda i: log_path(run, i))
+    specs = specs_from(run)  # once per run: a server lost later is started again on its own spec
+    started = start_servers(specs, log_path=lambda i: log_path(run, i))
     _SERVERS.extend(started)
     for server in started:
         print(f"[grpo_plugin] started managed vLLM server pid {server.pid} on {server.spec.base_url} "
