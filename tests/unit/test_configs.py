@@ -288,3 +288,24 @@ def test_the_config_is_read_through_its_views_only():
             continue
         found += [f"{rel}:{n}" for n, line in enumerate(path.read_text().splitlines(), 1) if raw.search(line)]
     assert not found, found
+
+
+def test_the_config_is_validated_once_per_process_and_read_again_when_it_changed(monkeypatch):
+    """The plugin's hooks, the trainer and a reward function named by path each resolve the run's config
+    (config.lookups.run_config); the `grpo:` block is validated once for them all, and again only when what the
+    views read changed (a key, or the trainer ranks the schema's defaults depend on)."""
+    from grpo_plugin.config import lookups
+    from grpo_plugin.server.process import specs_from
+
+    monkeypatch.setattr(lookups, "_last", None)  # whatever an earlier test read
+    validated = []
+    settings_of = lookups.settings_of
+    monkeypatch.setattr(lookups, "settings_of", lambda cfg: validated.append(1) or settings_of(cfg))
+    cfg = {"base_model": "m", "grpo": {"sync": "ipc", "num_servers": 3}, "vllm": {"port": 8100}}
+    first = lookups.run_config(cfg)
+    assert len(specs_from(first)) == 3 and lookups.run_config(cfg) is first and len(validated) == 1
+    assert (first.vllm.port, first.vllm.host, first.base_model, first.lora_r) == (8100, None, "m", 16)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert lookups.run_config(cfg).grpo.ipc_fence == "server" and len(validated) == 2
+    cfg["vllm"]["port"] = 8200
+    assert lookups.run_config(cfg).vllm.port == 8200 and len(validated) == 3

@@ -54,7 +54,7 @@ def build_weight_sync(settings, client, gate) -> WeightSync:
     return BUILDERS[MODES[settings.sync]](settings, client, shared=settings.atropos is not None, gate=gate)
 
 
-def __getattr__(name: str):  # the verifiers need torch: loaded when asked for, not with the config rules
+def __getattr__(name: str):  # the verifiers need torch: loaded when asked for, not with the builders
     if name in ("DeferredVerifier", "ProbeVerifier"):
         from grpo_plugin.sync import verify
 
