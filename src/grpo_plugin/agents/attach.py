@@ -10,7 +10,7 @@ from __future__ import annotations
 from grpo_plugin.agents.chat_format import ensure_response_parser
 from grpo_plugin.agents.environments import EnvironmentSet, reward_function
 from grpo_plugin.agents.tool_loop import ToolLoop
-from grpo_plugin.config.preflight import import_callable
+from grpo_plugin.config.import_paths import import_callable
 
 
 def _tools(settings) -> list:

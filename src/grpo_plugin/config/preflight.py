@@ -21,11 +21,10 @@ import math
 import os
 import pkgutil
 import shutil
-import sys
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from grpo_plugin.config.import_paths import cwd_importable, import_callable
 from grpo_plugin.config.modes import DEFAULT_SYNC, MODES
 from grpo_plugin.config.request_check import request_problems
 from grpo_plugin.config.server import trainer_dtype
@@ -57,20 +56,6 @@ def _demo_hint(value: str) -> str:
     return f" Build the demo model and data first: `{build}` (from the repo root)."
 
 
-@contextmanager
-def _cwd_importable():
-    """axolotl's trainer runs as `python -m ...` from the working directory, which is then on sys.path."""
-    cwd = os.getcwd()
-    added = cwd not in sys.path and "" not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        yield
-    finally:
-        if added:
-            sys.path.remove(cwd)
-
-
 def _suggest(name: str, candidates) -> str:
     close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
     return f" Did you mean {close[0]!r}?" if close else ""
@@ -95,7 +80,7 @@ def reward_func_problem(fqn: Any, key: str = "trl.reward_funcs", *, models: bool
     module_name, _, attr = fqn.rpartition(".")
     if not module_name:
         return f"{key}: {fqn!r} is not an import path (module.function)"
-    with _cwd_importable():
+    with cwd_importable():
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -113,14 +98,6 @@ def reward_func_problem(fqn: Any, key: str = "trl.reward_funcs", *, models: bool
     if not callable(fn):
         return f"{key}: {fqn!r} is a {type(fn).__name__}, not a function"
     return None
-
-
-def import_callable(fqn: str):
-    """The function `module.attr` names (the run's directory importable, as for trl.reward_funcs); the config
-    check (reward_func_problem) has already said what is wrong with a path that does not resolve."""
-    module_name, _, attr = fqn.rpartition(".")
-    with _cwd_importable():
-        return getattr(importlib.import_module(module_name), attr)
 
 
 def tool_problem(fqn: Any, key: str = "grpo.tools") -> str | None:

@@ -36,7 +36,7 @@ from grpo_plugin.atropos.onpolicy import Origin
 from grpo_plugin.atropos.spool import Spool
 from grpo_plugin.config import lookups
 from grpo_plugin.config.checks import atropos_batch_size, evaluates
-from grpo_plugin.config.preflight import import_callable
+from grpo_plugin.config.import_paths import import_callable
 from grpo_plugin.config.runtime import world_size
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, TEMPERATURES, AtroposBatch, PolicyLag, Rollout
 from grpo_plugin.producers.spec import GenerationSpec
