@@ -35,7 +35,7 @@ def one_process_engine(vllm_config) -> bool:
 def register() -> None:
     if os.environ.get(ENV) != "1":
         return
-    from vllm.platforms import current_platform
+    from vllm.platforms import current_platform  # here: vLLM loads this module in every process; inert unless asked
 
     if not current_platform.is_cpu():
         return

@@ -33,18 +33,18 @@ def register() -> None:
     export_dir = os.environ.get(ENV)
     if not export_dir:
         return
+    # here: vLLM loads this module in every process, ipc or not (the note above the module's imports)
     from vllm.model_executor.layers import utils as layer_utils
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+    from vllm.platforms import current_platform
 
     if getattr(layer_utils, "_grpo_ipc_patched", False):
         return
     layer_utils._grpo_ipc_patched = True
-    from vllm.platforms import current_platform
-
     if current_platform.is_cuda():
         _export_cuda_after_load(BaseModelLoader)
         return
-    from grpo_plugin.ipc import gemm
+    from grpo_plugin.ipc import gemm  # here: vLLM-CPU's GEMM, not loaded on CUDA
 
     gemm.pick()  # a bad GRPO_IPC_GEMM fails here, before the model loads
 
@@ -55,7 +55,7 @@ def register() -> None:
     original_load = BaseModelLoader.load_model
 
     def load_model(self, vllm_config, model_config, prefix: str = ""):
-        from grpo_plugin.ipc.shm import adopt, export
+        from grpo_plugin.ipc.shm import adopt, export  # here: vLLM-CPU's shared file, not loaded on CUDA
 
         model = original_load(self, vllm_config, model_config, prefix=prefix)
         global EXPORTED
@@ -73,7 +73,7 @@ def _export_cuda_after_load(loader_cls) -> None:
     original_load = loader_cls.load_model
 
     def load_model(self, vllm_config, model_config, prefix: str = ""):
-        from grpo_plugin.ipc import cuda
+        from grpo_plugin.ipc import cuda  # here: the CUDA side, loaded on CUDA only
 
         model = original_load(self, vllm_config, model_config, prefix=prefix)
         global EXPORTED

@@ -41,6 +41,8 @@ from urllib.parse import unquote
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from vllm.exceptions import VLLMClientError
+from vllm.sampling_params import RequestOutputKind, SamplingParams
 
 from grpo_plugin.config.server import LEASE_PREFIX
 from grpo_plugin.in_vllm import uploads
@@ -177,8 +179,6 @@ def _served(request: Request) -> dict[str, Any]:
 
 
 async def _generate(request: Request) -> JSONResponse:
-    from vllm.sampling_params import RequestOutputKind, SamplingParams
-
     body = await _json_body(request)
     if isinstance(body, JSONResponse):
         return body
@@ -218,8 +218,6 @@ async def _generate(request: Request) -> JSONResponse:
                 engine_prompt, params, f"grpo-generate-{uuid.uuid4().hex}", lora_request=lora):
             final = out
     except Exception as exc:
-        from vllm.exceptions import VLLMClientError
-
         if isinstance(exc, (VLLMClientError, ValueError, TypeError)):  # the request's fault (prompt too long, ...)
             return _error(400, f"/generate: {exc}")
         raise

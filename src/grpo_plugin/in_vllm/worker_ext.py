@@ -43,6 +43,7 @@ class GRPOWorkerExtension:
             return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
 
     def _grpo_reload(self, weights_path: str | None) -> dict:
+        # here: the trainer imports this module for the class alone (sync/base.extends_ours), without vLLM's layers
         from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
         weights_path = weights_path or self.model_runner.model_config.model

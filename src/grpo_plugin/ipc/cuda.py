@@ -28,6 +28,7 @@ import os
 import pickle
 
 import torch
+from torch.multiprocessing.reductions import reduce_tensor
 
 from grpo_plugin.ipc.layout import hf_layout
 
@@ -90,9 +91,6 @@ def local_index(uuid: str) -> int:
 def export(model, *, model_name: str = "", hf_config=None) -> dict:
     """One CUDA IPC handle per parameter storage of `model` (all on one CUDA device); returns the manifest. The
     caller keeps `model` alive: its memory is what the trainer maps."""
-    from torch.multiprocessing.reductions import reduce_tensor
-
-
     named = list(model.named_parameters(remove_duplicate=False))
     devices = {p.device for _, p in named}
     if len(devices) != 1 or next(iter(devices)).type != "cuda":
