@@ -35,6 +35,10 @@ from __future__ import annotations
 
 import os
 
+import torch
+from accelerate.parallelism_config import ParallelismConfig
+from accelerate.state import AcceleratorState, DistributedType, PartialState
+
 from grpo_plugin.config.runtime import world_size
 
 
@@ -46,8 +50,6 @@ def allow_cpu_ranks(deepspeed: bool = False, fsdp: bool = False) -> bool:
     """Install the CPU answer when this machine has no CUDA; True if it was installed. `deepspeed`: the config
     names a DeepSpeed config (the ranks then run as DeepSpeed on its CPU accelerator, not as DDP); `fsdp`: the
     config shards with FSDP2 (the ranks then run as FSDP over gloo)."""
-    import torch
-
     if torch.cuda.is_available():
         return False
     if world_size() > 1:
@@ -58,14 +60,14 @@ def allow_cpu_ranks(deepspeed: bool = False, fsdp: bool = False) -> bool:
             os.environ.setdefault("ACCELERATE_USE_CPU", "true")
         if fsdp:
             _fsdp_on_cpu()
-    try:
+    try:  # here: optional: outside axolotl (the plugin's checks, its tests) there is nothing to patch
         import axolotl.utils.trainer as trainer_utils
     except ImportError:  # not under axolotl
         return False
     if not hasattr(trainer_utils, "check_cuda_p2p_ib_support"):
         return False
     trainer_utils.check_cuda_p2p_ib_support = _no_cuda_peers
-    try:
+    try:  # here: optional, as above
         import axolotl.cli.config as cli_config
     except ImportError:
         return True
@@ -84,8 +86,6 @@ def allow_cpu_ranks(deepspeed: bool = False, fsdp: bool = False) -> bool:
 def _gloo_without_cuda() -> None:
     """accelerate picks a backend by device; with LOCAL_RANK set and no CUDA it picks none, and a DeepSpeed run
     then counts one process while DeepSpeed counts them all. Without CUDA the answer is gloo, as for CPU ranks."""
-    from accelerate.state import DistributedType, PartialState
-
     original = PartialState._prepare_backend
     if getattr(original, "_grpo_cpu_ranks", False):
         return
@@ -104,9 +104,6 @@ def _fsdp_on_cpu() -> None:
     """FSDP2 on CPU ranks: axolotl builds its device mesh for "cuda" (both ranks died in torch.cuda.set_device),
     and accelerate selects FSDP only for GPU-type ranks (a MULTI_CPU run would silently be DDP). Without CUDA the
     mesh is built for "cpu" (gloo has the collectives FSDP2 uses) and a MULTI_CPU run given an FSDP plugin is FSDP."""
-    from accelerate.parallelism_config import ParallelismConfig
-    from accelerate.state import AcceleratorState, DistributedType, PartialState
-
     build = ParallelismConfig.build_device_mesh
     if not getattr(build, "_grpo_cpu_ranks", False):
         def build_device_mesh(self, device_type):
@@ -130,8 +127,6 @@ def _fsdp_on_cpu() -> None:
 
 def cpu_device_map(cfg) -> bool:
     """Without CUDA, several ranks: the model loads on the CPU (not on `cuda:<local rank>`). True if changed."""
-    import torch
-
     if torch.cuda.is_available() or int(cfg.get("world_size") or 1) == 1 or cfg.get("device") != "cpu":
         return False
     if cfg.get("device_map") == {"": "cpu"}:

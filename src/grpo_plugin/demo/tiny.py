@@ -118,7 +118,7 @@ def build_model(
     seed: int = 0,
 ) -> Path:
     """Write tokenizer + a random-init model of `family` (FAMILIES) to `out_dir`; returns the path."""
-    import torch
+    import torch  # here: as in build_tokenizer (`--help` and the data builder stay light)
     import transformers
     from transformers import AutoModelForCausalLM, GenerationConfig
 
