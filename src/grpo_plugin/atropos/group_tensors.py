@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 
 import numpy as np
@@ -314,97 +314,25 @@ def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int,
         g = groups[gi]
         rejections.append(Rejection(gi, reason, g.get("env_id") if isinstance(g, dict) else None))
 
-    # 1. shapes, lengths, scores, temperatures: per group (numpy over its sequence lengths)
     shapes = [_shape_from_lists(g) for g in groups]
-    kept: list[int] = []
-    temps: list[float] = []
-    for gi, g in enumerate(groups):
-        res = _structure(g, shapes[gi], max_len, default_temperature)
-        if isinstance(res, str):
-            reject(gi, res)
-        else:
-            kept.append(gi)
-            temps.extend(res)
-
-    # 2. the per-token fields of the kept groups as flat arrays
-    def flat(idx: list[int]):
-        total = int(sum(int(shapes[gi]["tokens"].sum()) for gi in idx))
-        return _from_lists(groups, idx, total)
-
-    try:
-        tok, msk, lps, adv = flat(kept)
-    except (TypeError, ValueError, OverflowError):  # a non-numeric entry somewhere
-        good = []
-        for gi in kept:
-            try:
-                flat([gi])
-                good.append(gi)
-            except (TypeError, ValueError, OverflowError) as exc:
-                reject(gi, f"non-numeric entries in tokens/masks/inference_logprobs/advantages ({exc})")
-        temps = [t for gi in good for t in _structure(groups[gi], shapes[gi], max_len, default_temperature)]
-        kept = good
-        tok, msk, lps, adv = flat(kept)
-    if not kept:
+    seqs = _sequences(groups, shapes, max_len, default_temperature, reject)  # 1, 2
+    if seqs is None:
         return _empty(rejections)
-
-    # 3. per-token checks (one compiled pass)
-    lengths = np.concatenate([shapes[gi]["tokens"] for gi in kept])
-    seq_group = np.repeat(np.asarray(kept, dtype=np.int64), [len(shapes[gi]["tokens"]) for gi in kept])
-    seq_in_group = np.concatenate([np.arange(len(shapes[gi]["tokens"])) for gi in kept])
-    has_adv = adv is not None
-    adv_arr = adv if has_adv else np.zeros(0)
-    offsets = np.cumsum(lengths) - lengths
-    first, first_trained = _token_checks(tok, msk, lps, adv_arr, has_adv, lengths, vocab_size, LOGPROB_SLACK)
-    bad_group = np.zeros(len(groups), dtype=bool)
-    for kind, message in enumerate(_CHECK_MESSAGES):
-        for sq in np.flatnonzero(first[kind] >= 0).tolist():
-            gi = int(seq_group[sq])
-            if not bad_group[gi]:
-                k = int(offsets[sq] + first[kind, sq])
-                at = _At(int(seq_in_group[sq]), int(first[kind, sq]), int(tok[k]), int(msk[k]), float(lps[k]),
-                         float(adv_arr[k]) if has_adv else 0.0, vocab_size)
-                reject(gi, message(at))
-                bad_group[gi] = True
-    for sq in np.flatnonzero(first_trained < 0).tolist():
-        gi = int(seq_group[sq])
-        if not bad_group[gi]:
-            reject(gi, f"sequence {int(seq_in_group[sq])} has no trained token (every mask after position 0 is "
-                       "-100)")
-            bad_group[gi] = True
-
-    # 4. keep the sequences of good groups
-    keep_seq = ~bad_group[seq_group]
-    temps_a = np.asarray(temps, dtype=np.float64)[keep_seq]
-    if not keep_seq.all():
-        if not keep_seq.any():
-            return _empty(rejections)
-        keep_tok = np.repeat(keep_seq, lengths)
-        tok, msk, lps = tok[keep_tok], msk[keep_tok], lps[keep_tok]
-        adv_arr = adv_arr[keep_tok] if has_adv else adv_arr
-        lengths, seq_group, seq_in_group = lengths[keep_seq], seq_group[keep_seq], seq_in_group[keep_seq]
-        first_trained = first_trained[keep_seq]
-        offsets = np.cumsum(lengths) - lengths
-    good_groups, group_of_seq = np.unique(seq_group, return_inverse=True)
+    first_trained, bad_group = _token_problems(seqs, len(groups), vocab_size, reject)  # 3
+    kept = _keep_good(seqs, first_trained, bad_group)  # 4
+    if kept is None:
+        return _empty(rejections)
+    seqs, prompt_len = kept
+    good_groups, group_of_seq = np.unique(seqs.group, return_inverse=True)
     scores = torch.tensor([float(x) for gi in good_groups.tolist() for x in groups[gi]["scores"]],
                           dtype=torch.float32)
 
     # 5. prompt = tokens before the first trained position; completion = the rest (one compiled pass)
-    prompt_len = first_trained
-    comp_len = lengths - prompt_len
+    comp_len = seqs.lengths - prompt_len
     prompt_ids, prompt_mask, completion_ids, completion_mask, train_mask, sampling, adv_tok = _layout(
-        tok, msk, lps, adv_arr, has_adv, offsets, lengths, prompt_len, int(prompt_len.max()), int(comp_len.max()),
-        int(pad_token_id))
-
-    # 6. advantages
-    advantages = normalised_advantages(scores, torch.from_numpy(group_of_seq.reshape(-1)), scale_rewards)
-    if has_adv:
-        env_given = torch.tensor([shapes[gi]["advantages"] is not None for gi in seq_group.tolist()])
-        advantages = torch.where(env_given.unsqueeze(1), torch.from_numpy(adv_tok),
-                                 advantages.unsqueeze(1).expand(len(lengths), adv_tok.shape[1]))
-    zero = torch.tensor([bool(((groups[gi].get("overrides") or [None] * (k + 1))[k] or {}).get("set_advantage_to_zero"))
-                         for gi, k in zip(seq_group.tolist(), seq_in_group.tolist())], dtype=torch.bool)
-    if bool(zero.any()):
-        advantages = advantages.masked_fill(zero.view(-1, *([1] * (advantages.dim() - 1))), 0.0)
+        seqs.tok, seqs.msk, seqs.lps, seqs.adv, seqs.has_adv, seqs.offsets(), seqs.lengths, prompt_len,
+        int(prompt_len.max()), int(comp_len.max()), int(pad_token_id))
+    advantages = _advantages(groups, shapes, seqs, scores, group_of_seq, adv_tok, scale_rewards)  # 6
 
     rejections.sort(key=lambda r: r.group)
     return TensorBatch(
@@ -412,9 +340,137 @@ def tensorize(groups: list, *, pad_token_id: int, vocab_size: int, max_len: int,
         completion_ids=torch.from_numpy(completion_ids), completion_mask=torch.from_numpy(completion_mask),
         train_mask=torch.from_numpy(train_mask),
         completion_lengths=torch.from_numpy(comp_len), sampling_logps=torch.from_numpy(sampling),
-        advantages=advantages, temperatures=torch.from_numpy(temps_a), scores=scores,
-        group_index=torch.from_numpy(seq_group), num_groups=len(good_groups), rejections=rejections,
-        tokens=tok, lengths=lengths)
+        advantages=advantages, temperatures=torch.from_numpy(seqs.temps), scores=scores,
+        group_index=torch.from_numpy(seqs.group), num_groups=len(good_groups), rejections=rejections,
+        tokens=seqs.tok, lengths=seqs.lengths)
+
+
+@dataclass
+class _Sequences:
+    """The kept groups' sequences, flat: their tokens' fields concatenated, and one entry per sequence."""
+
+    tok: np.ndarray
+    msk: np.ndarray
+    lps: np.ndarray
+    adv: np.ndarray  # the env's per-token advantages (0.0 for a group without them); empty when no group has any
+    has_adv: bool
+    lengths: np.ndarray
+    group: np.ndarray  # the index of each sequence's group in the batch as received
+    in_group: np.ndarray  # its index within its group
+    temps: np.ndarray  # float64: the temperature each was sampled at
+
+    def offsets(self) -> np.ndarray:
+        """Where each sequence's tokens start."""
+        return np.cumsum(self.lengths) - self.lengths
+
+
+def _screen(groups: list, shapes: list[Shape], max_len: int, default_temperature: float,
+            reject) -> dict[int, list[float]]:
+    """1. Shapes, lengths, scores, temperatures, per group (numpy over its sequence lengths): each group that
+    passes, with its sequences' temperatures."""
+    temps_of: dict[int, list[float]] = {}
+    for gi, g in enumerate(groups):
+        res = _structure(g, shapes[gi], max_len, default_temperature)
+        if isinstance(res, str):
+            reject(gi, res)
+        else:
+            temps_of[gi] = res
+    return temps_of
+
+
+def _flat_fields(groups: list, shapes: list[Shape], kept: list[int], reject):
+    """2. The per-token fields of the kept groups as flat arrays (tokens, masks, logprobs, advantages or None). A
+    non-numeric entry somewhere: the groups are tried one by one, and those that hold one are rejected. Returns the
+    groups still kept and their arrays."""
+
+    def flat(idx: list[int]):
+        total = int(sum(int(shapes[gi]["tokens"].sum()) for gi in idx))
+        return _from_lists(groups, idx, total)
+
+    try:
+        return kept, flat(kept)
+    except (TypeError, ValueError, OverflowError):
+        good = []
+        for gi in kept:
+            try:
+                flat([gi])
+                good.append(gi)
+            except (TypeError, ValueError, OverflowError) as exc:
+                reject(gi, f"non-numeric entries in tokens/masks/inference_logprobs/advantages ({exc})")
+        return good, flat(good)
+
+
+def _sequences(groups: list, shapes: list[Shape], max_len: int, default_temperature: float,
+               reject) -> _Sequences | None:
+    """Steps 1 and 2: the sequences of the groups that pass the per-group checks and hold numbers only; None when
+    no group is left."""
+    temps_of = _screen(groups, shapes, max_len, default_temperature, reject)
+    kept, (tok, msk, lps, adv) = _flat_fields(groups, shapes, list(temps_of), reject)
+    if not kept:
+        return None
+    counts = [len(shapes[gi]["tokens"]) for gi in kept]
+    return _Sequences(tok=tok, msk=msk, lps=lps, adv=adv if adv is not None else np.zeros(0), has_adv=adv is not None,
+                      lengths=np.concatenate([shapes[gi]["tokens"] for gi in kept]),
+                      group=np.repeat(np.asarray(kept, dtype=np.int64), counts),
+                      in_group=np.concatenate([np.arange(n) for n in counts]),
+                      temps=np.asarray([t for gi in kept for t in temps_of[gi]], dtype=np.float64))
+
+
+def _token_problems(seqs: _Sequences, n_groups: int, vocab_size: int, reject) -> tuple[np.ndarray, np.ndarray]:
+    """3. The per-token checks (one compiled pass): each sequence's first trained position, and which groups are
+    rejected (each for the first problem found in it)."""
+    offsets = seqs.offsets()
+    first, first_trained = _token_checks(seqs.tok, seqs.msk, seqs.lps, seqs.adv, seqs.has_adv, seqs.lengths,
+                                         vocab_size, LOGPROB_SLACK)
+    bad_group = np.zeros(n_groups, dtype=bool)
+    for kind, message in enumerate(_CHECK_MESSAGES):
+        for sq in np.flatnonzero(first[kind] >= 0).tolist():
+            gi = int(seqs.group[sq])
+            if not bad_group[gi]:
+                k = int(offsets[sq] + first[kind, sq])
+                at = _At(int(seqs.in_group[sq]), int(first[kind, sq]), int(seqs.tok[k]), int(seqs.msk[k]),
+                         float(seqs.lps[k]), float(seqs.adv[k]) if seqs.has_adv else 0.0, vocab_size)
+                reject(gi, message(at))
+                bad_group[gi] = True
+    for sq in np.flatnonzero(first_trained < 0).tolist():
+        gi = int(seqs.group[sq])
+        if not bad_group[gi]:
+            reject(gi, f"sequence {int(seqs.in_group[sq])} has no trained token (every mask after position 0 is "
+                       "-100)")
+            bad_group[gi] = True
+    return first_trained, bad_group
+
+
+def _keep_good(seqs: _Sequences, first_trained: np.ndarray,
+               bad_group: np.ndarray) -> tuple[_Sequences, np.ndarray] | None:
+    """4. The sequences of the groups not rejected, with their first trained positions; None when none is left."""
+    keep_seq = ~bad_group[seqs.group]
+    if keep_seq.all():
+        return seqs, first_trained
+    if not keep_seq.any():
+        return None
+    keep_tok = np.repeat(keep_seq, seqs.lengths)
+    return replace(seqs, tok=seqs.tok[keep_tok], msk=seqs.msk[keep_tok], lps=seqs.lps[keep_tok],
+                   adv=seqs.adv[keep_tok] if seqs.has_adv else seqs.adv, lengths=seqs.lengths[keep_seq],
+                   group=seqs.group[keep_seq], in_group=seqs.in_group[keep_seq],
+                   temps=seqs.temps[keep_seq]), first_trained[keep_seq]
+
+
+def _advantages(groups: list, shapes: list[Shape], seqs: _Sequences, scores: torch.Tensor, group_of_seq: np.ndarray,
+                adv_tok: np.ndarray, scale_rewards: str) -> torch.Tensor:
+    """6. The scores normalised within their groups (normalised_advantages); per token where any group sent its own
+    advantages (those groups' own, the others' per-sequence value on every token); 0 where a sequence's override
+    says `set_advantage_to_zero`."""
+    advantages = normalised_advantages(scores, torch.from_numpy(group_of_seq.reshape(-1)), scale_rewards)
+    if seqs.has_adv:
+        env_given = torch.tensor([shapes[gi]["advantages"] is not None for gi in seqs.group.tolist()])
+        advantages = torch.where(env_given.unsqueeze(1), torch.from_numpy(adv_tok),
+                                 advantages.unsqueeze(1).expand(len(seqs.lengths), adv_tok.shape[1]))
+    zero = torch.tensor([bool(((groups[gi].get("overrides") or [None] * (k + 1))[k] or {}).get("set_advantage_to_zero"))
+                         for gi, k in zip(seqs.group.tolist(), seqs.in_group.tolist())], dtype=torch.bool)
+    if bool(zero.any()):
+        advantages = advantages.masked_fill(zero.view(-1, *([1] * (advantages.dim() - 1))), 0.0)
+    return advantages
 
 
 def warm_up() -> None:
