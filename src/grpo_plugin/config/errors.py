@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from pydantic import ValidationError
+
 HEADER = "grpo_plugin found {n} problem(s) in the config (nothing was loaded):"
 _HEADER_START = HEADER.split("{n}")[0]
 
@@ -34,8 +36,6 @@ def error_lines(exc, prefix: str = "") -> list[str]:
 
 def block(exc: BaseException) -> str | None:
     """The block for axolotl's config ValidationError; None for any other exception."""
-    from pydantic import ValidationError
-
     if not isinstance(exc, ValidationError) or not str(exc.title).startswith("Axolotl"):
         return None
     items = []

@@ -80,7 +80,7 @@ def placeholder_dataset(cfg):
     rows = max(1, atropos_batch_size(cfg)) * world_size()  # every rank's share of a step
     eval_dataset = None
     if evaluates(cfg) and cfg.get("test_datasets"):
-        from axolotl.loaders import load_tokenizer
+        from axolotl.loaders import load_tokenizer  # (as above; and only a config with test_datasets needs them)
         from axolotl.utils.data.rl import prepare_preference_datasets
 
         test_cfg = copy.deepcopy(cfg)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from accelerate.utils import broadcast_object_list
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,4 @@ def pad_token_id(tokenizer) -> int:
 
 def broadcast_from_rank_0(obj: Any) -> Any:
     """Rank 0's `obj` on every trainer rank (accelerate's object broadcast: a collective, main thread only)."""
-    from accelerate.utils import broadcast_object_list
-
     return broadcast_object_list([obj], from_process=0)[0]

@@ -285,7 +285,8 @@ def _exit(obj, told):
 
 def _await(obj):
     """A test awaits the program's coroutine: it runs to its end here, in an event loop of its own."""
-    import asyncio
+    import asyncio  # only in a process whose test awaits: in the template it would weigh on every fork and register
+    # work for every forked child (confine.AT_FORK_MODULES)
 
     async def run():
         return await obj
