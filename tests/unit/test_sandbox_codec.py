@@ -77,3 +77,27 @@ def test_what_the_program_sends_is_checked(text):
     dec = codec.Decoder(lambda h, d: None, lambda d: None, 1 << 30)
     with pytest.raises(ValueError):
         dec.decode(text)
+
+
+class _Factory:  # a program's own callable: it travels as an object the program keeps (a handle)
+    def __call__(self):
+        return []
+
+
+class _Kept:  # the judge's stand-in of an object the program keeps (a callable one here)
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __call__(self):
+        return []
+
+
+def test_a_defaultdict_with_the_programs_factory_keeps_the_aliases_around_it():
+    """The factory is numbered where the Decoder builds it, before the dict: an alias after it is the same object."""
+    shared = [1]
+    dd = collections.defaultdict(_Factory(), a=shared)
+    enc = codec.Encoder(lambda obj: 0, lambda cls: {"h": 1, "n": cls.__name__})
+    dec = codec.Decoder(lambda h, d: _Kept(h), lambda d: None, 1 << 30)
+    got = dec.decode(json.dumps(enc.tree([dd, shared, dd])))
+    assert got[0]["a"] == [1] and got[1] is got[0]["a"] and got[2] is got[0]
+    assert isinstance(got[0].default_factory, _Kept) and got[0].default_factory.handle == 0

@@ -132,9 +132,10 @@ class Encoder:
         return ["Ct", *self._items(x, memo, keep, d)]
 
     def _defaultdict(self, x, memo, keep, d):
-        items = self._items(x, memo, keep, d)
         f = x.default_factory  # a builtin type travels by name; the program's own factory as an object it keeps
-        return ["DD", None if f is None else self._t(f, memo, keep, d), *items]
+        # the factory first, then the dict and its items: the order the Decoder builds (and numbers) them in
+        factory = None if f is None else self._t(f, memo, keep, d)
+        return ["DD", factory, *self._items(x, memo, keep, d)]
 
     def _set(self, x, memo, keep, d):
         memo[id(x)] = len(memo)
