@@ -14,18 +14,24 @@ With several servers (server/group.py) only the lost ones are restarted (and, fo
 restarted server's weight file); the others keep serving. The restore then pushes to every server and the probe
 verifies every one.
 
+With several trainer ranks (`agreement`, server/rank_agreement.py) no rank decides alone: every rank reports at
+the end of each rollout and of each push whether it lost the server; if any did, all recover together — global
+rank 0 restarts the managed server, the others wait for it and its /health, every rank joins the restore, and each
+rank redoes what it lost (its rollout; the push is the restore itself).
+
 When that is impossible it raises `ServerUnrecoverable`; the trainer then saves a checkpoint (trainer.py).
 Every outage is recorded (`outages`) for the metrics.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,6 +39,7 @@ from grpo_plugin.server import managed
 from grpo_plugin.server.client import ServerError, ServerLost
 from grpo_plugin.server.group import replicas_of
 from grpo_plugin.server.process import Progress, ServerStartError, wait_until
+from grpo_plugin.server.rank_agreement import RankAgreement, RanksApart
 
 LOG = logging.getLogger("grpo_plugin")
 
@@ -82,18 +89,20 @@ class ServerGuard:
     def __init__(self, client, *, restore: Callable[[], Any], step: Callable[[], int],
                  servers: Callable[[], list] | None = None, max_restarts: int = 3, restart_window_s: float = 1800.0,
                  hang_timeout_s: float = 60.0, wait_timeout_s: float = 600.0, starts_itself: bool = False,
-                 enabled: bool = True):
+                 enabled: bool = True, agreement: RankAgreement | None = None):
         """`restore()` puts the trainer's current weights on a fresh server and verifies them (returns the sync
         result); `step()` the trainer's global step; `servers()` the managed servers, one per server `client`
         talks to, in its order (empty: unmanaged); `starts_itself`: the mode's push starts the servers
         (restart_strategy: process), the guard only stops them. `enabled=False`: calls pass through untouched
-        (no watch, no recovery)."""
+        (no watch, no recovery). `agreement`: several trainer ranks, which recover together (module docstring);
+        set with `join_ranks` once the ranks are joined."""
         if servers is None:
             servers = managed.servers
         self.client, self.restore, self.step, self.servers = client, restore, step, servers
         self.budget = RestartBudget(max_restarts, restart_window_s)
         self.hang_timeout_s, self.wait_timeout_s, self.starts_itself = hang_timeout_s, wait_timeout_s, starts_itself
-        self.enabled = enabled
+        self.enabled, self.agreement = enabled, agreement
+        self._caller_agrees = False
         self.outages: list[Outage] = []
         self._reported = 0
         self._silent_since: dict[int, float] = {}  # per server (index): since when /health went unanswered
@@ -190,13 +199,60 @@ class ServerGuard:
         return None
 
     # ---- the wrapper ----------------------------------------------------------------------------
+    @property
+    def leads(self) -> bool:
+        """This process restarts managed servers: the only one, or global rank 0 of several."""
+        return self.agreement is None or self.agreement.rank == 0
+
+    def join_ranks(self, agreement: RankAgreement) -> None:
+        """Several trainer ranks, joined: from now on they recover together."""
+        self.agreement = agreement
+
+    @contextlib.contextmanager
+    def caller_agrees(self) -> Iterator[None]:
+        """Several ranks: the calls made inside pass through (a failure is raised); the caller reports it at its
+        own agreement point (producers/prefetch.py: one per rollout taken, whichever way it was made)."""
+        before, self._caller_agrees = self._caller_agrees, self.agreement is not None
+        try:
+            yield
+        finally:
+            self._caller_agrees = before
+
+    def attempt(self, call: Callable[[], Any]) -> tuple[Any, str | None]:
+        """(`call()`, None), or (None, why the server counts as lost) when it failed on a lost server; any other
+        error is raised."""
+        try:
+            return call(), None
+        except Exception as exc:
+            why = self.is_lost(exc)
+            if why is None:
+                raise
+            return None, why
+
+    def agree(self, during: str, why: str | None) -> str | None:
+        """At the end of a rollout or a push: why the server was lost on any rank (None: on none). Several ranks:
+        every rank must call it at the same point; one rank: `why` itself."""
+        if self.agreement is None or not self.enabled:
+            return why
+        return self.agreement.any(why, f"the end of the {during} (step {self.step()})")
+
     def run(self, during: str, call: Callable[[], Any], *, redo: bool = True) -> Any:
         """`call()`, surviving a lost server. `redo=False`: the restore IS the call (a weight push): its result
         is returned instead of calling again. Off the main thread (axolotl's prefetch thread) the call is made
         as is: a restore reads the trainer's weights, which only the main thread may do (producers/prefetch.py
-        recovers there)."""
-        if not self.enabled or threading.current_thread() is not threading.main_thread():
+        recovers there). Several ranks: every rank calls it at the same point; a rank whose call ended before
+        the outage keeps its result, the others redo theirs."""
+        if (not self.enabled or self._caller_agrees
+                or threading.current_thread() is not threading.main_thread()):
             return call()
+        if self.agreement is not None:  # each round one agreement on every rank, until none lost the server
+            result, why = self.attempt(call)
+            while (lost := self.agree(during, why)) is not None:
+                restored = self.recover(during, lost, redo=redo)
+                if why is None:  # this rank's call ended before the outage (a peer's did not): kept
+                    continue
+                result, why = self.attempt(call) if redo else (restored, None)
+            return result
         while True:
             try:
                 return call()
@@ -217,15 +273,18 @@ class ServerGuard:
               "recovering", file=sys.stderr, flush=True)
         self._recovering = True
         try:
-            members = self._members()
-            lost = self._lost_members(members)
-            outage.servers = [members[i][0].base_url for i in lost]
-            if lost and members[0][1] is not None:
-                self._restart(members, lost, outage)
-            elif lost:
-                self._wait_for_unmanaged([members[i][0] for i in lost], outage)
-            result = self.restore()
-        except ServerUnrecoverable:
+            error = None
+            if self.leads:  # several ranks: global rank 0 brings the server back, the others wait for it
+                try:
+                    self._bring_back(outage)
+                except ServerUnrecoverable as exc:
+                    if self.agreement is None:
+                        raise
+                    error = str(exc)
+            if self.agreement is not None:
+                self._with_rank_0(outage, error)
+            result = self.restore()  # several ranks: every rank joins it (sync/session.py)
+        except (ServerUnrecoverable, RanksApart):
             raise
         except Exception as exc:
             raise ServerUnrecoverable(
@@ -242,6 +301,29 @@ class ServerGuard:
               f"are back on the server" + (f" (probe |Δlogp| {diff:.2g})" if diff is not None else "")
               + f"; redoing the {during}", file=sys.stderr, flush=True)
         return result
+
+    def _bring_back(self, outage: Outage) -> None:
+        members = self._members()
+        lost = self._lost_members(members)
+        outage.servers = [members[i][0].base_url for i in lost]
+        if lost and members[0][1] is not None:
+            self._restart(members, lost, outage)
+        elif lost:
+            self._wait_for_unmanaged([members[i][0] for i in lost], outage)
+
+    def _with_rank_0(self, outage: Outage, error: str | None) -> None:
+        """Several ranks: every rank learns whether rank 0 brought the server back (else each stops, saying why);
+        the others then wait for its /health (up to grpo.server_timeout) before they join the restore — unless
+        the restore's push starts it (restart_strategy: process)."""
+        failed = self.agreement.any(error, f"the restart of the vLLM server (step {outage.step})")
+        if failed:
+            raise ServerUnrecoverable(failed)
+        who = f"trainer rank {self.agreement.rank}"
+        if not self.leads and not self.starts_itself and wait_until(
+                self.client.healthy, self.wait_timeout_s, Progress(f"{who}: the restarted vLLM server", every=30.0),
+                lambda t: "waiting for its /health", ready="it answers", poll=0.5) is None:
+            raise ServerUnrecoverable(f"{who}: the vLLM server rank 0 restarted at step {outage.step} did not "
+                                      f"answer /health within {self.wait_timeout_s:g} s (grpo.server_timeout)")
 
     def _restart(self, members: list, lost: list[int], outage: Outage) -> None:
         """Restart the lost managed servers, and every server that maps a restarted one's weights (ipc)."""
