@@ -3,6 +3,7 @@ The inner producer and the guard are stand-ins (the faults are injected there); 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
@@ -45,6 +46,12 @@ class _Guard:
     def recover(self, during, why):
         self.recovered += 1
         self.outages.append(why)
+
+    def caller_agrees(self):  # one rank: nothing to agree on
+        return contextlib.nullcontext()
+
+    def agree(self, during, why):
+        return why
 
 
 def _steps(producer, n):

@@ -6,7 +6,9 @@ What this subclass adds for the plugin:
 - a server lost under a prefetched rollout is recovered on the main thread: the background thread never
   restarts the server nor reads the trainer's weights (the optimizer may be writing them). The queued rollouts are
   dropped (they may have been sampled by the lost server), the guard restarts the server and restores the
-  trainer's current weights, this step's rollout is generated again, and prefetching starts over.
+  trainer's current weights, this step's rollout is generated again, and prefetching starts over. With several
+  ranks every rank reports here, once per rollout taken, whether it lost the server; all recover if one did (a rank
+  whose rollout ended before the outage keeps it: server/rank_agreement.py).
 
 Ordering against weight writes is the policy gate's job (sync/gate.py), not this class's.
 """
@@ -36,22 +38,27 @@ class PrefetchingProducer(AsyncDataProducer):
             # of a local rollout, summing num_items_in_batch over the ranks, is done here, on the main thread.
             self._num_processes, self._is_main = 1, True
         t0 = time.perf_counter()
-        try:
-            dataset = super().produce(model, global_step, **kwargs)
-        except Exception as exc:
-            if not self.guard.enabled:
-                raise
-            # failed on a server that was replaced meanwhile (the main thread recovered it during a push, the
-            # background request's own watch saw the same outage): every server is back now, so the failure is
-            # stale, not a real error nor a second outage; the queue goes, nothing to recover
-            stale = len(self.guard.outages) > self._outages_seen and self.guard.serving()
-            why = None if stale else self.guard.is_lost(exc)
-            if why is None and not stale:
-                raise
-            self.drop_queue()
-            if why is not None:
-                self.guard.recover("rollout", why)
-            dataset = super().produce(model, global_step, **kwargs)  # this step synchronously, then prefetch again
+        failed, why, stale = None, None, False
+        with self.guard.caller_agrees():  # several ranks: one agreement per rollout taken (below), on every rank
+            try:
+                dataset = super().produce(model, global_step, **kwargs)
+            except Exception as exc:
+                if not self.guard.enabled:
+                    raise
+                # failed on a server that was replaced meanwhile (the main thread recovered it during a push, the
+                # background request's own watch saw the same outage): every server is back now, so the failure
+                # is stale, not a real error nor a second outage; the queue goes, nothing to recover
+                failed, stale = exc, len(self.guard.outages) > self._outages_seen and self.guard.serving()
+                why = None if stale else self.guard.is_lost(exc)
+            lost = self.guard.agree("rollout", why)  # several ranks: a peer's lost server is this rank's too
+            if lost is not None:
+                self.drop_queue()
+                self.guard.recover("rollout", lost)
+            if failed is not None:
+                if why is None and not stale:
+                    raise failed
+                self.drop_queue()
+                dataset = super().produce(model, global_step, **kwargs)  # this step synchronously, then prefetch
         self._outages_seen = len(self.guard.outages)
         if dataset._data.get(ITEMS_LOCAL):
             sum_over_ranks(dataset._data, self._inner.spec)

@@ -27,7 +27,8 @@ from grpo_plugin.config.schema import GRPOSettings
 from grpo_plugin.config.storage import sync_root
 from grpo_plugin.server import files
 from grpo_plugin.server.group import replicas_of
-from grpo_plugin.server.recovery import ServerGuard
+from grpo_plugin.server.rank_agreement import RankAgreement, agreement_timeout
+from grpo_plugin.server.recovery import ServerGuard, ServerUnrecoverable
 from grpo_plugin.sync import build_weight_sync
 from grpo_plugin.sync.base import ModelHandle, SyncResult
 from grpo_plugin.sync.gate import PolicyGate
@@ -41,8 +42,8 @@ class SyncSession:
     def __init__(self, settings: GRPOSettings, client, *, world_size: int, overlapped: bool,
                  step: Callable[[], int], on_result: Callable[[SyncResult | None], None],
                  max_model_len: int | None):
-        """`world_size`: the trainer's processes (one process restores the weights on a replaced server; with
-        several ranks a lost server ends the run, which resumes from its checkpoints). `overlapped`: generation
+        """`world_size`: the trainer's processes (with several, every rank joins a recovery: `attach` joins them;
+        not for ipc nor Atropos, whose lost server ends the run: `recovers_on_ranks`). `overlapped`: generation
         overlaps training (prefetch, Atropos): the probe's server half then runs beside the next rollout.
         `step()`: the trainer's global step. `on_result(result)`: the sync done for the current step, for the
         step's metrics (None on the ranks that did not push). `max_model_len`: the server's (vllm.max_model_len; None:
@@ -55,7 +56,7 @@ class SyncSession:
             client, restore=self.restore, step=step, max_restarts=settings.server_restarts,
             restart_window_s=settings.server_restart_window, hang_timeout_s=settings.server_hang_timeout,
             wait_timeout_s=settings.server_timeout, starts_itself=self.weight_sync.starts_server,
-            enabled=world_size == 1)
+            enabled=world_size == 1 or self.recovers_on_ranks() is None)
         self.synced_version: int | None = None  # global_step whose weights the server holds
         self.forget_prefetched: Callable[[], None] = lambda: None  # rollouts a lost server may have sampled
         self.model: ModelHandle | None = None
@@ -64,6 +65,16 @@ class SyncSession:
         self.deferred: DeferredVerifier | None = None
         self.tolerance: float | None = None
         self.closed = False
+
+    def recovers_on_ranks(self) -> str | None:
+        """With several trainer ranks: None when they recover a lost server together, else why they cannot."""
+        if self.weight_sync.mode == "ipc":
+            return ("grpo.sync: ipc with several trainer ranks keeps no recovery: rank 0's model is the shared copy "
+                    "a new server would have to re-map under DDP")
+        if self.settings.atropos is not None:
+            return ("Atropos with several trainer ranks keeps no recovery: rank 0 alone feeds the ranks from the "
+                    "run-api, whose environments generate on the server")
+        return None
 
     @property
     def mode(self) -> str:
@@ -78,6 +89,13 @@ class SyncSession:
         model's dtype unless grpo.verify_tolerance says otherwise). `ranks`: who reads the weights for a push
         (sync/ranks.py)."""
         self.model, self.ranks = model, ranks
+        if model.num_processes > 1 and self.guard.enabled:  # every rank, at once: the agreement's group is made
+            s = self.settings
+            self.guard.join_ranks(RankAgreement.over_trainer(agreement_timeout(
+                s.server_hang_timeout, s.request_timeout, s.server_timeout)))
+        elif model.num_processes > 1 and model.is_main:
+            print(f"[grpo_plugin] a lost vLLM server ends this run: {self.recovers_on_ranks()} (resume from a "
+                  "periodic checkpoint: save_steps, auto_resume_from_checkpoints: true)", flush=True)
         if model.is_main and self.weight_sync.hands_files:  # rank 0 pushes: how its files reach each server
             for c, how in zip(replicas_of(self.client), files.choose(replicas_of(self.client),
                                                                       sync_root(self.settings.sync_dir),
@@ -107,22 +125,33 @@ class SyncSession:
         last = self.synced_version
         if last is not None and (step == last or (step - last < self.settings.sync_interval and not force)):
             return
-        result = None
+        result, lost = None, None
         if self.model.is_main:  # one push per sync, whatever the number of ranks
             with self.ranks.leading():  # sharded weights: the other ranks join each gather and probe forward
                 self.finish_verification()  # (normally done already, before the last optimizer step)
-                # a server lost during the push is brought back by the guard, whose restore IS this push
-                result = self.guard.run("weight push", lambda: self._sync_now(step, last), redo=False)
+                # a server lost during the push is brought back by the guard, whose restore IS this push (several
+                # ranks: after the push, with every rank: the restore is theirs too)
+                if self.guard.agreement is None:
+                    result = self.guard.run("weight push", lambda: self._sync_now(step, last), redo=False)
+                else:
+                    result, lost = self.guard.attempt(lambda: self._sync_now(step, last))
         else:
             self.ranks.follow(self.model.unwrap())
-        # no rank generates before the push is done and verified; every rank's producer then samples with the
-        # model name rank 0's push serves (a push already published it inside its write on rank 0)
+        lost = self.guard.agree("weight push", lost)
+        if lost is not None:
+            result = self.guard.recover("weight push", lost, redo=False)
+        else:
+            self._publish(step)
+        self.on_result(result)
+
+    def _publish(self, step: int) -> None:
+        """No rank generates before the push is done and verified; every rank's producer then samples with the
+        model name rank 0's push serves (a push already published it inside its write on rank 0)."""
         served = self.weight_sync.generation_model if self.model.is_main else None
         if self.model.num_processes > 1:
             served = broadcast_object_list([served], from_process=0)[0]
         self.gate.publish(step, served)
         self.synced_version = step
-        self.on_result(result)
 
     def bring_current(self, step: int) -> None:
         """Evaluation at `step` scores the policy of `step`: the server gets this step's weights now, whatever
@@ -141,8 +170,9 @@ class SyncSession:
         if result is None:
             # generation overlapped with training: the probe's server half too. Synchronous runs keep it before
             # the rollout: their rollouts are then reproducible (the probe never shares a batch with one)
-            # (sharded weights: the probe's forward needs every rank, so it runs inside the sync)
-            defer = self.overlapped and not self.ranks.sharded
+            # (sharded weights: the probe's forward needs every rank, so it runs inside the sync; several ranks
+            # recovering together: a lost server must be found inside the push, where every rank agrees on it)
+            defer = self.overlapped and not self.ranks.sharded and self.guard.agreement is None
             result = self._push(step, verify=self.settings.verify_sync, defer=defer)
         if self.settings.atropos is not None and not result.pushed:
             # verified, not pushed: the server already computes with these weights; a push announces its
@@ -199,13 +229,32 @@ class SyncSession:
     def restore(self) -> SyncResult:
         """After the server was lost and replaced (server/recovery.py): put the trainer's CURRENT weights on it
         and verify them with the probe (always, whatever verify_sync says: a recovered run must be provably on
-        the trained weights)."""
+        the trained weights). Several ranks: every rank joins it (rank 0 pushes, the others follow its gathers),
+        then each learns whether it passed."""
         step = self.guard.step()
         self.deferred.discard()  # the server it asked is gone; this push verifies the current weights itself
         self.weight_sync.server_restarted()
-        result = self._push(step, verify=True)
+        result = self._push(step, verify=True) if self.guard.agreement is None else self._restore_on_ranks(step)
         self.synced_version = step
         self.on_result(result)
+        return result
+
+    def _restore_on_ranks(self, step: int) -> SyncResult | None:
+        """Several ranks: rank 0 pushes and verifies (the others follow its gathers and probe forwards); every
+        rank then learns whether that passed (else each stops, saying why) and gets the model name it serves."""
+        result, error = None, None
+        try:
+            if self.model.is_main:
+                with self.ranks.leading():
+                    result = self._push(step, verify=True)
+            else:
+                self.ranks.follow(self.model.unwrap())
+        except Exception as exc:  # noqa: BLE001 - every rank hears of it at the agreement below
+            error = f"{type(exc).__name__}: {exc}"
+        failed = self.guard.agreement.any(error, f"the restore of the weights (step {step})")
+        if failed:
+            raise ServerUnrecoverable(f"putting the trainer's weights back on the restarted server failed: {failed}")
+        self._publish(step)
         return result
 
     # ---- the end --------------------------------------------------------------------------------
