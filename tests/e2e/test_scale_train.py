@@ -85,6 +85,29 @@ def _listening(proc_pid: int, port: int) -> int | None:
     return None
 
 
+def _kill_second_then_hang_first(proc, cfg, log: Path, kill_at: int, hang_at: int) -> tuple[int, int, float]:
+    """Kills (-9) the second server once `kill_at` steps are recorded, hangs (SIGSTOP) the first once `hang_at`
+    are; each time checks that only the server at fault was restarted. Returns (the hung server's PID, the killed
+    one's successor's, seconds from the SIGSTOP to the next step recorded)."""
+    port = cfg["vllm"]["port"]
+    _wait_step(cfg, kill_at, proc, log)
+    first, second = _listening(proc.pid, port), _listening(proc.pid, port + 1)
+    assert first and second and first != second
+    psutil.Process(second).send_signal(signal.SIGKILL)
+    _wait_step(cfg, kill_at + 2, proc, log)
+    assert _listening(proc.pid, port) == first  # the other server was left alone
+    restarted = _listening(proc.pid, port + 1)
+    assert restarted not in (None, second)
+    _wait_step(cfg, hang_at, proc, log)
+    psutil.Process(first).send_signal(signal.SIGSTOP)
+    t_stop = time.monotonic()
+    _wait_step(cfg, hang_at + 1, proc, log)
+    detected_and_recovered_s = time.monotonic() - t_stop
+    assert _listening(proc.pid, port + 1) == restarted  # the healthy one was left alone
+    assert _listening(proc.pid, port) not in (None, first)
+    return first, restarted, detected_and_recovered_s
+
+
 def test_lora_sync_two_managed_servers_one_killed_the_other_hung_each_recovered(tmp_path, tiny_model_dir,
                                                                                 tiny_data_file, cache_env):
     """lora_sync on two managed servers with async prefetch, 24 steps: the second server is killed (-9) at step 6,
@@ -98,25 +121,10 @@ def test_lora_sync_two_managed_servers_one_killed_the_other_hung_each_recovered(
     steps = 24
     path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "lora_sync", steps,
                                 trl={"async_prefetch": True}, server_timeout=240, server_hang_timeout=10)
-    port = cfg["vllm"]["port"]
     log = tmp_path / "train.log"
     proc = _start_train(path, log)
     try:
-        _wait_step(cfg, 6, proc, log)
-        first, second = _listening(proc.pid, port), _listening(proc.pid, port + 1)
-        assert first and second and first != second
-        psutil.Process(second).send_signal(signal.SIGKILL)
-        _wait_step(cfg, 8, proc, log)
-        assert _listening(proc.pid, port) == first  # the other server was left alone
-        restarted = _listening(proc.pid, port + 1)
-        assert restarted not in (None, second)
-        _wait_step(cfg, 14, proc, log)
-        psutil.Process(first).send_signal(signal.SIGSTOP)
-        t_stop = time.monotonic()
-        _wait_step(cfg, 15, proc, log)
-        detected_and_recovered_s = time.monotonic() - t_stop
-        assert _listening(proc.pid, port + 1) == restarted  # the healthy one was left alone
-        assert _listening(proc.pid, port) not in (None, first)
+        first, restarted, detected_and_recovered_s = _kill_second_then_hang_first(proc, cfg, log, 6, 14)
     finally:
         text = _finish(proc, log)
     assert proc.returncode == 0, text[-6000:]
@@ -135,10 +143,15 @@ def test_lora_sync_two_managed_servers_one_killed_the_other_hung_each_recovered(
     _check_async(cfg, text, steps)
 
 
-def test_restart_two_managed_servers_two_zero3_ranks(tmp_path, tiny_model_dir, tiny_data_file, cache_env):
-    """Full fine-tuning on two managed servers by two trainer ranks under DeepSpeed ZeRO-3 (one run for both, to
-    keep CI's time): every weight is gathered on both ranks for each push (sync/ranks.py), rank 0 writes it, both
-    servers reload it in place; verified on each server at every push."""
+def test_restart_two_managed_servers_two_zero3_ranks_one_killed_the_other_hung_each_recovered(
+        tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    """Full fine-tuning on two managed servers by two trainer ranks under DeepSpeed ZeRO-3 (one run for all three,
+    to keep CI's time): every weight is gathered on both ranks for each push (sync/ranks.py), rank 0 writes it, both
+    servers reload it in place; verified on each server at every push. The second server is killed (-9) at step 2,
+    the first hung (SIGSTOP) at step 5: each time the ranks agree that the server was lost
+    (server/rank_agreement.py), rank 0 restarts the one at fault (the other keeps its PID), rank 1 waits for its
+    /health, both join the restore (a gathered push, verified on both servers), the rollouts lost are redone, and
+    no rank is left waiting in a collective: every step trained once."""
     from transformers import AutoModelForCausalLM
 
     from tests.conftest import ROOT
@@ -146,14 +159,28 @@ def test_restart_two_managed_servers_two_zero3_ranks(tmp_path, tiny_model_dir, t
 
     steps = 8
     path, cfg = _two_server_run(tmp_path, tiny_model_dir, tiny_data_file, "restart", steps,
-                                deepspeed=str(ROOT / "deepspeed_configs/zero3.json"))
+                                deepspeed=str(ROOT / "deepspeed_configs/zero3.json"), server_timeout=240,
+                                server_hang_timeout=10)
     log = tmp_path / "train.log"
+    t0 = time.monotonic()
     proc = _start_train(path, log, TWO_RANKS)
-    text = _finish(proc, log)
+    try:
+        first, _, _ = _kill_second_then_hang_first(proc, cfg, log, 2, 5)
+    finally:
+        text = _finish(proc, log)
+    print(f"two ZeRO-3 ranks, two servers, one killed and one hung: {time.monotonic() - t0:.0f} s")
     assert proc.returncode == 0, text[-6000:]
     assert "trainer rank 1 of 2 (DEEPSPEED ZeRO-3, cpu:0): joins rank 0's gathers" in text, text[-4000:]
     s = _assert_verified_on_both(cfg, steps)
-    assert s["num_syncs"] == steps and s["optimizer"] == "DeepSpeedZeroOptimizer_Stage3", s
+    assert s["optimizer"] == "DeepSpeedZeroOptimizer_Stage3", s
+    hits = [d for r in _records(cfg) for d in r.get("server_outage_detail", [])]
+    assert len(hits) == 2 and all(h["restarted"] for h in hits), hits  # both recovered, each by a restart
+    assert hits[0]["servers"] == [_urls(cfg)[1]] and hits[0]["step"] >= 2, hits
+    assert hits[1]["servers"] == [_urls(cfg)[0]] and "no answer to /health" in hits[1]["cause"], hits
+    assert all("weight push + probe" in h["redone"] for h in hits), hits
+    assert text.count("trainer rank 1: the restarted vLLM server: it answers") == 2, text[-4000:]
+    assert s["num_syncs"] == steps, s  # a push recorded for every step (an outage's step: its restore)
+    assert gone(first, timeout=5)  # the hung server was stopped, not left behind
     params = list(AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).parameters())  # tied weights once
     full, held = zero3_gathered(text, len(params))
     assert full == sum(p.numel() for p in params) and held < full * 0.6, (full, held)  # rank 0 holds ~half
