@@ -1,7 +1,8 @@
 """server/rank_agreement.py and the guard with several ranks: two real trainer "ranks" — two processes spawned here,
 joined by a real gloo process group (torch.distributed, as accelerate joins CPU ranks) — agree on a lost server at
 the points every rank reaches, recover together, and never wait for a missing peer without bound. The server is
-the one thing stood in for (a client whose /health answers; a call that fails as on a lost server); the e2e run
+what is stood in for (a client whose /health answers; a call or a prefetched rollout that fails as on a lost
+server: the inner producer of tests/unit/test_prefetch_recovery.py); the e2e run
 with a killed and a hung managed server under two ranks is in tests/e2e/test_scale_train.py."""
 
 from __future__ import annotations
@@ -54,6 +55,26 @@ def _guard_recovers_together(rank: int, agreement) -> dict:
             "outages": [(o.step, o.during, o.cause) for o in guard.outages]}
 
 
+def _prefetch_recovers_together(rank: int, agreement) -> dict:
+    """trl.async_prefetch (producers/prefetch.py on axolotl's AsyncDataProducer): rank 1's rollout of step 1,
+    prefetched in the background, met the lost server; rank 0's did not. Both recover when the rollout is taken
+    (the background threads never do), rank 1 makes its step 1 again, rank 0 keeps its own."""
+    from grpo_plugin.producers.prefetch import PrefetchingProducer
+    from grpo_plugin.server.client import ServerLost
+    from grpo_plugin.server.recovery import ServerGuard
+    from tests.unit.test_prefetch_recovery import _Inner
+
+    restores = []
+    guard = ServerGuard(_client(), restore=lambda: restores.append(agreement.any(None, "restore")), step=lambda: 1,
+                        servers=lambda: [], agreement=agreement)
+    inner = _Inner(fail_steps={1} if rank == 1 else (), error=ServerLost("connection refused"))
+    producer = PrefetchingProducer(inner, guard=guard)
+    steps = [int(producer.produce(None, step)._data["x"][0]) for step in range(3)]
+    producer.shutdown()
+    return {"steps": steps, "restores": len(restores), "outages": [o.cause for o in guard.outages],
+            "remade": [s for s, main in inner.calls if main]}
+
+
 def _restart_refused(rank: int, agreement) -> dict:
     """Rank 0's managed server exited and it may not restart it (server_restarts: 0): every rank stops, saying
     why, none waits in a collective."""
@@ -89,7 +110,8 @@ def _peer_missing(rank: int, agreement) -> dict:
 
 # every scenario in one pair of processes (each spawn imports torch: ~10 s here); the one that leaves a peer
 # behind comes last
-SCENARIOS = ("_agree", "_guard_recovers_together", "_restart_refused", "_peer_missing")
+SCENARIOS = ("_agree", "_guard_recovers_together", "_prefetch_recovers_together", "_restart_refused",
+             "_peer_missing")
 TIMEOUT_S = 5.0
 
 
@@ -97,9 +119,11 @@ def _rank_main(rank: int, port: int, out) -> None:
     try:
         import torch.distributed as dist
 
+        import tests.unit.test_prefetch_recovery  # noqa: F401 - axolotl's import, before the agreement's clock
         from grpo_plugin.server.rank_agreement import RankAgreement
 
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+        dist.barrier()  # both ranks here (the default group's own, long timeout)
         agreement = RankAgreement.over_trainer(TIMEOUT_S)
         out.put((rank, {name: globals()[name](rank, agreement) for name in SCENARIOS}))
     except BaseException:  # noqa: BLE001 - reported to the test
@@ -139,6 +163,14 @@ def test_a_peer_losing_the_server_makes_every_rank_recover_and_only_the_loser_re
     assert (r0["calls"], r1["calls"]) == (2, 3)  # and the next rollout of each, once
     cause = "trainer rank 1: the server does not answer /health after: connection refused"
     assert r0["outages"] == r1["outages"] == [(2, "rollout", cause)]
+
+
+def test_a_prefetched_rollout_lost_on_one_rank_is_recovered_by_both_and_made_again_on_that_rank_only(ranks):
+    r0, r1 = ranks["_prefetch_recovers_together"]
+    assert r0["steps"] == r1["steps"] == [0, 1, 2]  # every step's rollout, once, on each rank
+    assert r0["restores"] == r1["restores"] == 1
+    assert r0["outages"] == r1["outages"] == ["trainer rank 1: connection refused"]
+    assert 1 in r1["remade"] and 1 not in r0["remade"], (r0, r1)  # step 1 made again by rank 1 alone
 
 
 def test_a_restart_rank_0_may_not_make_stops_every_rank_with_its_reason(ranks):
