@@ -98,7 +98,7 @@ def _peer_missing(rank: int, agreement) -> dict:
     from grpo_plugin.server.rank_agreement import RanksApart
 
     if rank == 1:
-        time.sleep(agreement.timeout_s + 4)
+        time.sleep(agreement.timeout_s + 1)  # comes after rank 0 gave up
         return {}
     t0 = time.monotonic()
     try:
