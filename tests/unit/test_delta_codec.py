@@ -9,7 +9,17 @@ import torch
 
 from grpo_plugin.delta import chain, wire
 from grpo_plugin.delta.codec import (
-    ENCODINGS, Delta, DeltaMismatch, TensorDelta, apply, bits, check, deltable, encode, pack_mask, unpack_mask,
+    ENCODINGS,
+    Delta,
+    DeltaMismatch,
+    TensorDelta,
+    apply,
+    bits,
+    check,
+    deltable,
+    encode,
+    pack_mask,
+    unpack_mask,
 )
 
 DTYPES = [torch.bfloat16, torch.float16]
