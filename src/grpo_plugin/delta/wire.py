@@ -14,6 +14,7 @@ from safetensors.torch import load, save_file
 from grpo_plugin.delta.codec import Delta, DeltaMismatch, TensorDelta
 
 FORMAT = "grpo_plugin-delta-1"
+FILE_NAME = "delta.safetensors"  # a push's delta, alone in its directory (sync/delta_push.py)
 SEP = "::"
 
 
@@ -54,4 +55,4 @@ def read(path: Path) -> tuple[Delta, str, str]:
     return delta, str(meta["base"]), hashlib.sha256(data).hexdigest()
 
 
-__all__ = ["FORMAT", "read", "write"]
+__all__ = ["FILE_NAME", "FORMAT", "read", "write"]
