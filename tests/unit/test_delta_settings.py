@@ -1,0 +1,31 @@
+"""`grpo.delta_anchor_every`: on by default only where a delta saves the link (a server sent its files over the
+network), refused where a delta cannot be applied (not restart, or restart_strategy: process)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from grpo_plugin.config.schema import GRPOSettings
+from grpo_plugin.sync.delta_push import DEFAULT_EVERY, anchor_every
+
+
+def test_the_default_follows_the_transports():
+    assert anchor_every(None, ["shared", "network"]) == DEFAULT_EVERY == 10
+    assert anchor_every(None, ["shared"]) == 0
+    assert anchor_every(3, ["shared"]) == 3 and anchor_every(0, ["network"]) == 0
+
+
+@pytest.mark.parametrize("settings", [{"sync": "lora_sync"}, {"sync": "ipc"},
+                                      {"sync": "restart", "restart_strategy": "process", "managed_server": True}])
+def test_refused_where_no_delta_can_be_applied(settings):
+    with pytest.raises(ValidationError, match="grpo.delta_anchor_every only applies to `grpo.sync: restart`"):
+        GRPOSettings(**settings, delta_anchor_every=5)
+    GRPOSettings(**settings, delta_anchor_every=0)  # off: nothing to refuse
+
+
+def test_accepted_for_restart_reload():
+    assert GRPOSettings(sync="restart", delta_anchor_every=4).delta_anchor_every == 4
+    assert GRPOSettings(sync="restart").delta_anchor_every is None
+    with pytest.raises(ValidationError):
+        GRPOSettings(sync="restart", delta_anchor_every=-1)
