@@ -3,13 +3,16 @@
 per model size, for a LoRA adapter (lora_sync) and for the full weights (restart, reloaded in place):
 
     python -m grpo_plugin.bench sync --transport [both|shared|network] [--sizes tiny,100m,0.5b] [--repeats 5]
-                                     [--link loopback|veth] [--json]
+                                     [--link loopback|veth] [--delta-lrs 1e-6,1e-5] [--delta-only] [--json]
 
 The sides alternate push by push (ABBA) on the same server; every push is verified by the probe. Figure: the
 trainer-visible pause per push (median), network / shared, and the bytes sent per second of the network side's
 pause. `--link veth`: the server runs in a network namespace of its own, reached over a veth pair (bench/netns.py;
 root), as a server on another host is; it still shares the filesystem, so the shared side can be timed on the same
 server. Between real hosts the link's bandwidth bounds `network` (docs/scaling.md has the model).
+Per size, a `delta` entry (bench/delta.py): delta pushes of bf16 weights after real optimizer steps at each of
+`--delta-lrs`, bytes and pause beside full pushes of the same weights (`--delta-lrs ''`: none; `--delta-only`: only
+that entry).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import contextlib
 import statistics
 import time
 
+from grpo_plugin.bench import delta
 from grpo_plugin.bench.common import free_port, perturb, probe_token_ids, scratch, stack, stack_line
 from grpo_plugin.bench.netns import ServerInNamespace, VethLink
 from grpo_plugin.demo.tiny import MODEL_SIZES, build_model
@@ -61,7 +65,25 @@ def _pushes(client, sync, model, verifier, sides: list[str], repeats: int, only:
     return out
 
 
-def run(sizes: list[str], repeats: int, sides: list[str], link: str = "loopback") -> dict:
+def run(sizes: list[str], repeats: int, sides: list[str], link: str = "loopback", delta_lrs: list[float] = (),
+        delta_only: bool = False) -> dict:
+    out: dict = {"benchmark": "transport", "repeats": repeats, "sides": sides, "link": link, "models": {},
+                 "stack": stack()}
+    with scratch("grpo-bench-transport-") as tmp, (VethLink() if link == "veth" else contextlib.nullcontext()) as veth:
+        for size in sizes:
+            model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
+            spec_cls, where = ((ServerInNamespace, {"host": veth.peer, "netns": veth.netns}) if veth
+                               else (ServerSpec, {}))
+            res: dict = {} if delta_only else _full_and_adapter(model_dir, spec_cls, where, tmp, size, repeats, sides)
+            if delta_lrs:
+                res["delta"] = delta.run(model_dir, spec_cls, where, tmp / f"vllm_server-{size}-bf16.log",
+                                         list(delta_lrs), repeats, probe_token_ids(model_dir))
+            out["models"][size] = res
+    return out
+
+
+def _full_and_adapter(model_dir: str, spec_cls, where: dict, tmp, size: str, repeats: int, sides: list[str]) -> dict:
+    """fp32 full weights (restart) and a LoRA adapter (lora_sync), each side alternated, on one fp32 server."""
     import torch  # heavy (torch, transformers, peft): loaded only when this benchmark runs
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -70,41 +92,33 @@ def run(sizes: list[str], repeats: int, sides: list[str], link: str = "loopback"
     from grpo_plugin.sync.lora import LoraSync
     from grpo_plugin.sync.restart import InPlaceReload, RestartSync
 
-    out: dict = {"benchmark": "transport", "repeats": repeats, "sides": sides, "link": link, "models": {},
-                 "stack": stack()}
-    with scratch("grpo-bench-transport-") as tmp, (VethLink() if link == "veth" else contextlib.nullcontext()) as veth:
-        for size in sizes:
-            model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
-            spec_cls, where = ((ServerInNamespace, {"host": veth.peer, "netns": veth.netns}) if veth
-                               else (ServerSpec, {}))
-            spec = spec_cls(model=model_dir, port=free_port(), dtype="float32", max_model_len=512, enforce_eager=True,
-                            max_lora_rank=16, **where)
-            server, client = launch(spec, tmp / f"vllm_server-{size}.log", timeout=900, client_timeout=600)
-            try:
-                probe_ids = probe_token_ids(model_dir)
-                base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-                res: dict = {"params": sum(p.numel() for p in base.parameters())}
-                full = RestartSync(client, strategy="reload", sync_dir=str(tmp))
-                full.prepare(ModelHandle.of(base))
-                res["full_weights"] = _pushes(client, full, base, ProbeVerifier(client, probe_ids, 1e-4, "restart"),
-                                              sides, repeats, only="")
-                client.files = SharedFiles()
-                InPlaceReload(client, timeout=600).apply(None)  # the server's own weights again, for the adapter
-                full.close()
-                del base
-                peft = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
-                                      LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=[
-                                          "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                          "down_proj"]))
-                adapter = LoraSync(client, adapter_name="bench-transport", sync_dir=str(tmp))
-                adapter.prepare(ModelHandle.of(peft))
-                res["adapter"] = _pushes(client, adapter, peft, ProbeVerifier(client, probe_ids, 1e-4, "lora_sync"),
-                                         sides, repeats, only="lora_B")
-                adapter.close()
-                out["models"][size] = res
-            finally:
-                server.stop()
-    return out
+    spec = spec_cls(model=model_dir, port=free_port(), dtype="float32", max_model_len=512, enforce_eager=True,
+                    max_lora_rank=16, **where)
+    server, client = launch(spec, tmp / f"vllm_server-{size}.log", timeout=900, client_timeout=600)
+    try:
+        probe_ids = probe_token_ids(model_dir)
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        res: dict = {"params": sum(p.numel() for p in base.parameters())}
+        full = RestartSync(client, strategy="reload", sync_dir=str(tmp))
+        full.prepare(ModelHandle.of(base))
+        res["full_weights"] = _pushes(client, full, base, ProbeVerifier(client, probe_ids, 1e-4, "restart"),
+                                      sides, repeats, only="")
+        client.files = SharedFiles()
+        InPlaceReload(client, timeout=600).apply(None)  # the server's own weights again, for the adapter
+        full.close()
+        del base
+        peft = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                              LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=[
+                                  "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                  "down_proj"]))
+        adapter = LoraSync(client, adapter_name="bench-transport", sync_dir=str(tmp))
+        adapter.prepare(ModelHandle.of(peft))
+        res["adapter"] = _pushes(client, adapter, peft, ProbeVerifier(client, probe_ids, 1e-4, "lora_sync"),
+                                 sides, repeats, only="lora_B")
+        adapter.close()
+        return res
+    finally:
+        server.stop()
 
 
 def report(out: dict) -> None:
@@ -112,6 +126,8 @@ def report(out: dict) -> None:
           f"link {out['link']}, median of {out['repeats']} alternated pushes per side, every push verified")
     for size, res in out["models"].items():
         for what in ("adapter", "full_weights"):
+            if what not in res:
+                continue
             r = res[what]
             parts = [f"{side} {r[side]['median_ms']:.1f} ms" for side in out["sides"]]
             if "network" in r:
@@ -120,4 +136,6 @@ def report(out: dict) -> None:
                 parts.append(f"ratio {r['ratio_network_to_shared']:.2f}")
             print(f"  {size:5s} ({res['params'] / 1e6:.1f}M params) {what:12s} " + " · ".join(parts)
                   + f" · verified {r['verified']}")
+        if "delta" in res:
+            delta.report(size, res["delta"])
     print(stack_line(out["stack"]))
