@@ -57,10 +57,11 @@ def _one_lr(client, model_dir: str, probe_ids: list[int], lr: float, repeats: in
     delta.prepare(ModelHandle.of(model))
     anchor_ms = _timed(client, delta, 0, verifier, model, diffs)
     full_bytes = delta.last_report["sent"]
-    ms, sent, changed, kinds = [], [], [], []
+    ms, sent, changed, kinds, parts = [], [], [], [], []
     for i in range(1, repeats + 1):
         _optimizer_step(model, optimizer, batch)
         ms.append(_timed(client, delta, i, verifier, model, diffs))
+        parts.append({k: v for k, v in delta.last_report.items() if k.endswith("_ms")})
         sent.append(delta.last_report["sent"])
         kinds.append(delta.last_report["push"])
         changed.append(delta.last_report.get("delta_bytes", 0))
@@ -80,6 +81,7 @@ def _one_lr(client, model_dir: str, probe_ids: list[int], lr: float, repeats: in
         "delta_payload_bytes": int(statistics.median(changed)),
         "bytes_ratio_full_to_delta": round(full_bytes / max(1, statistics.median(sent)), 1),
         "anchor_ms": round(anchor_ms, 1), "delta_ms": round(median, 1),
+        "delta_parts_ms": {k: round(statistics.median(p[k] for p in parts), 1) for k in parts[0]},
         "full_network_ms": round(network, 1), "full_shared_ms": round(shared, 1),
         "delta_to_full_shared": round(median / shared, 3), "max_logprob_diff": max(diffs),
         "verified": all(d <= TOLERANCE for d in diffs) and kinds == ["delta"] * repeats,
