@@ -28,12 +28,13 @@ def _optimizer_step(model, optimizer, batch) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def _timed(client, sync, step: int, verifier, model, diffs: list) -> float:
+def _timed(client, sync, step: int, verifier, model, diffs: dict, kind: str) -> float:
+    """One push: its pause (ms); the probe's mean |Δlogp| into diffs[kind], the bytes sent into last_report."""
     before = getattr(client.files, "bytes_sent", 0)
     t0 = time.perf_counter()
     result = sync.push(step)
     ms = (time.perf_counter() - t0) * 1e3
-    diffs.append(verifier.measure(model, sync.generation_model)[0])
+    diffs.setdefault(kind, []).append(verifier.measure(model, sync.generation_model)[0])
     sync.last_report["sent"] = getattr(client.files, "bytes_sent", 0) - before
     assert result.pushed
     return ms
@@ -51,20 +52,21 @@ def _one_lr(client, model_dir: str, probe_ids: list[int], lr: float, repeats: in
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     batch = torch.randint(3, model.config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
     verifier = ProbeVerifier(client, probe_ids, TOLERANCE, "restart")
-    diffs: list[float] = []
+    diffs: dict[str, list[float]] = {}
     client.files = SentFiles()
     delta = RestartSync(client, strategy="reload", delta_anchor_every=repeats + 1)
     delta.prepare(ModelHandle.of(model))
-    anchor_ms = _timed(client, delta, 0, verifier, model, diffs)
+    anchor_ms = _timed(client, delta, 0, verifier, model, diffs, "anchor")
     full_bytes = delta.last_report["sent"]
     ms, sent, changed, kinds, parts = [], [], [], [], []
     for i in range(1, repeats + 1):
         _optimizer_step(model, optimizer, batch)
-        ms.append(_timed(client, delta, i, verifier, model, diffs))
+        ms.append(_timed(client, delta, i, verifier, model, diffs, "delta"))
         parts.append({k: v for k, v in delta.last_report.items() if k.endswith("_ms")})
         sent.append(delta.last_report["sent"])
         kinds.append(delta.last_report["push"])
         changed.append(delta.last_report.get("delta_bytes", 0))
+    after_deltas = client.prompt_logprobs(probe_ids, model=delta.generation_model)
     delta.close()
     full = RestartSync(client, strategy="reload", delta_anchor_every=0)
     full.prepare(ModelHandle.of(model))
@@ -72,7 +74,9 @@ def _one_lr(client, model_dir: str, probe_ids: list[int], lr: float, repeats: in
     for i in range(repeats):
         for side in (("network", "shared") if i % 2 == 0 else ("shared", "network")):
             client.files = SentFiles() if side == "network" else SharedFiles()
-            full_ms[side].append(_timed(client, full, repeats + 1 + i, verifier, model, diffs))
+            full_ms[side].append(_timed(client, full, repeats + 1 + i, verifier, model, diffs, "full"))
+            if i == 0 and side == "network":  # the same weights as the last delta's, pushed whole
+                identical = client.prompt_logprobs(probe_ids, model=full.generation_model) == after_deltas
     full.close()
     median = statistics.median(ms)
     shared, network = statistics.median(full_ms["shared"]), statistics.median(full_ms["network"])
@@ -83,8 +87,11 @@ def _one_lr(client, model_dir: str, probe_ids: list[int], lr: float, repeats: in
         "anchor_ms": round(anchor_ms, 1), "delta_ms": round(median, 1),
         "delta_parts_ms": {k: round(statistics.median(p[k] for p in parts), 1) for k in parts[0]},
         "full_network_ms": round(network, 1), "full_shared_ms": round(shared, 1),
-        "delta_to_full_shared": round(median / shared, 3), "max_logprob_diff": max(diffs),
-        "verified": all(d <= TOLERANCE for d in diffs) and kinds == ["delta"] * repeats,
+        "delta_to_full_shared": round(median / shared, 3),
+        "max_logprob_diff": {kind: round(max(v), 4) for kind, v in diffs.items()},
+        # the server after the deltas computes exactly what it computes after a full push of the same weights
+        "identical_to_full_push": identical,
+        "verified": all(d <= TOLERANCE for v in diffs.values() for d in v) and kinds == ["delta"] * repeats,
     }
 
 
@@ -106,4 +113,5 @@ def report(size: str, entry: dict) -> None:
         print(f"  {size:5s} delta at lr {r['lr']:g}: {r['delta_bytes'] / 2**20:.2f} MiB per push vs "
               f"{r['full_bytes'] / 2**20:.1f} MiB full ({r['bytes_ratio_full_to_delta']}x fewer) · delta "
               f"{r['delta_ms']:.0f} ms vs full network {r['full_network_ms']:.0f} ms / shared "
-              f"{r['full_shared_ms']:.0f} ms · verified {r['verified']}")
+              f"{r['full_shared_ms']:.0f} ms · identical to a full push {r['identical_to_full_push']} · verified "
+              f"{r['verified']}")
