@@ -167,7 +167,7 @@ def encode_tensor(old: torch.Tensor, new: torch.Tensor) -> TensorDelta | None:
         raise DeltaMismatch(f"{tuple(old.shape)} {old.dtype} -> {tuple(new.shape)} {new.dtype}")
     new_bits = bits(new)
     changed = bits(old) != new_bits
-    k = int(changed.sum())
+    k = int(torch.count_nonzero(changed))  # (a bool tensor's sum() is several times slower)
     if k == 0:
         return None
     n, width = new_bits.numel(), new.element_size()
