@@ -49,7 +49,7 @@ def _one_lr(client, model_dir: str, probe_ids: list[int], lr: float, repeats: in
     from grpo_plugin.sync.restart import RestartSync
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)  # no model-sized temporaries
     batch = torch.randint(3, model.config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
     verifier = ProbeVerifier(client, probe_ids, TOLERANCE, "restart")
     diffs: dict[str, list[float]] = {}
