@@ -5,7 +5,7 @@ ONE run on the same machine:
     python -m grpo_plugin.bench sync --mode restart [--sizes tiny,100m] [--repeats 20] [--json] (bench/restart.py)
     python -m grpo_plugin.bench sync --transport [both|shared|network] [--sizes tiny,100m,0.5b] [--repeats 5]
                                      [--link loopback|veth] [--delta-lrs 1e-6,1e-5] [--delta-only]
-                                                                               (bench/transport.py, bench/delta.py)
+                                                                               (bench/transport.py)
     python -m grpo_plugin.bench ipc [--sizes tiny,100m] [--repeats 20] [--eager-only] [--json]  (bench/ipc.py)
     python -m grpo_plugin.bench ipc --cuda [--shape 1.5b|7b] [--steps 3] [--json]           (bench/ipc_cuda.py)
     python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--spool DIR] [--json] (bench/atropos.py)
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
                    "namespace of its own (root; bench/netns.py)")
     s.add_argument("--delta-lrs", default="1e-6,1e-5",
                    help="--transport: delta pushes of bf16 weights after real AdamW steps at these learning rates, "
-                   "beside full pushes of the same weights ('': none; bench/delta.py)")
+                   "beside full pushes of the same weights ('': none)")
     s.add_argument("--delta-only", action="store_true", help="--transport: only the delta entry")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     i = sub.add_parser("ipc", help="ipc vs restart vs lora_sync: sync pause, memory (PSS), decode throughput")
