@@ -29,3 +29,18 @@ def test_accepted_for_restart_reload():
     assert GRPOSettings(sync="restart").delta_anchor_every is None
     with pytest.raises(ValidationError):
         GRPOSettings(sync="restart", delta_anchor_every=-1)
+
+
+def test_the_setting_reaches_the_restart_sync():
+    from grpo_plugin.server.client import VLLMServerClient
+    from grpo_plugin.sync import build_weight_sync
+    from grpo_plugin.sync.gate import PolicyGate
+
+    client = VLLMServerClient("http://127.0.0.1:9")  # never called: building the sync asks the server nothing
+    for setting in (None, 0, 7):
+        sync = build_weight_sync(GRPOSettings(sync="restart", delta_anchor_every=setting), client=client,
+                                 gate=PolicyGate())
+        try:
+            assert sync._delta[0] == setting
+        finally:
+            sync.close()
