@@ -4,7 +4,8 @@ ONE run on the same machine:
     python -m grpo_plugin.bench sync --mode lora_sync [--model DIR] [--repeats 30] [--json]     (bench/lora.py)
     python -m grpo_plugin.bench sync --mode restart [--sizes tiny,100m] [--repeats 20] [--json] (bench/restart.py)
     python -m grpo_plugin.bench sync --transport [both|shared|network] [--sizes tiny,100m,0.5b] [--repeats 5]
-                                     [--link loopback|veth]                                 (bench/transport.py)
+                                     [--link loopback|veth] [--delta-lrs 1e-6,1e-5] [--delta-only]
+                                                                               (bench/transport.py)
     python -m grpo_plugin.bench ipc [--sizes tiny,100m] [--repeats 20] [--eager-only] [--json]  (bench/ipc.py)
     python -m grpo_plugin.bench ipc --cuda [--shape 1.5b|7b] [--steps 3] [--json]           (bench/ipc_cuda.py)
     python -m grpo_plugin.bench atropos [--shapes quickstart,gsm8k,long] [--spool DIR] [--json] (bench/atropos.py)
@@ -60,6 +61,10 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--link", default="loopback", choices=["loopback", "veth"],
                    help="--transport: reach the server over the loopback, or over a veth pair into a network "
                    "namespace of its own (root; bench/netns.py)")
+    s.add_argument("--delta-lrs", default="1e-6,1e-5",
+                   help="--transport: delta pushes of bf16 weights after real AdamW steps at these learning rates, "
+                   "beside full pushes of the same weights ('': none)")
+    s.add_argument("--delta-only", action="store_true", help="--transport: only the delta entry")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     i = sub.add_parser("ipc", help="ipc vs restart vs lora_sync: sync pause, memory (PSS), decode throughput")
     i.add_argument("--sizes", default="tiny,100m", help="model sizes to build (tiny, 100m)")
@@ -154,7 +159,8 @@ def _run(bench, args) -> dict:
         return bench.run([x for x in args.sizes.split(",") if x], args.repeats, compiled=not args.eager_only)
     if args.transport:
         sides = list(bench.SIDES) if args.transport == "both" else [args.transport]
-        return bench.run([x for x in args.sizes.split(",") if x], args.repeats, sides, args.link)
+        return bench.run([x for x in args.sizes.split(",") if x], args.repeats, sides, args.link,
+                         [float(x) for x in args.delta_lrs.split(",") if x], args.delta_only)
     if args.mode == "restart":
         return bench.run([x for x in args.sizes.split(",") if x], args.repeats, args.process_repeats,
                          args.axolotl_repeats, args.port)

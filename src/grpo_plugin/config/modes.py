@@ -148,10 +148,14 @@ class Restart(SyncMode):
     """Full weights written and reloaded by the server, in place or by a restart (sync/restart.py)."""
 
     name = "restart"
-    own_keys = ("restart_strategy",)
+    own_keys = ("restart_strategy", "delta_anchor_every")
 
     def settle(self, settings: Any) -> None:
         settings.restart_strategy = settings.restart_strategy or "reload"
+        if settings.delta_anchor_every and settings.restart_strategy == "process":
+            raise ValueError("grpo.delta_anchor_every applies to restart_strategy: reload (a delta is applied to the "
+                             "weights the running server holds; process restarts it on a full checkpoint). Remove "
+                             "grpo.delta_anchor_every.")
 
     def check(self, data: dict, settings: Any) -> None:
         if data.get("adapter"):

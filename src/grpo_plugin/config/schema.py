@@ -181,6 +181,12 @@ class GRPOSettings(BaseModel):
         "over HTTP; shared: every server must read sync_dir (refused before the first push otherwise); network: "
         "always sent over HTTP.",
     )
+    delta_anchor_every: int | None = Field(
+        default=None, ge=0,
+        description="sync: restart (reload) with bf16/fp16 weights: a full push every N pushes, and between them "
+        "only the elements that changed (exact; refused by a server without the base, then a full push). "
+        "Default: 10 when a server is sent the weights over the network, else off; 0: off. See docs/modes.md.",
+    )
     ipc_fence: Literal["trainer", "server"] | None = Field(
         default=None,
         description="sync: ipc only. How generation is kept off the weights while the optimizer writes them: "

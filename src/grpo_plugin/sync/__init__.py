@@ -31,7 +31,8 @@ def _restart(settings, client, shared: bool, gate) -> WeightSync:
     from grpo_plugin.sync.restart import RestartSync
 
     return _fenced(RestartSync(client, strategy=settings.restart_strategy, sync_dir=settings.sync_dir,
-                               rpc_timeout=settings.request_timeout, start_timeout=settings.server_timeout),
+                               rpc_timeout=settings.request_timeout, start_timeout=settings.server_timeout,
+                               delta_anchor_every=settings.delta_anchor_every),
                    settings, client, shared)
 
 

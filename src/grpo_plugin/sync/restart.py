@@ -12,6 +12,9 @@ file is replaced, so the directory never holds more than one copy). Then one of 
   started again on the sync directory, under the same served name, port and tokenizer. Tens of seconds; for
   models or backends where an in-place reload cannot be used.
 
+With `reload`, a push may instead send only the elements whose bits changed since the version the server holds
+(`grpo.delta_anchor_every`, sync/delta_push.py), bf16/fp16 served weights only.
+
 Every push is then verified by the trainer's post-sync probe like any other mode.
 """
 
@@ -35,6 +38,7 @@ from grpo_plugin.sync.base import (
     full_weight_model,
     require_worker_extension,
 )
+from grpo_plugin.sync.delta_push import delta_pushes
 
 WEIGHTS_FILE = "model.safetensors"
 RELOAD_METHOD = "grpo_reload_weights"
@@ -63,6 +67,7 @@ class InPlaceReload:
 
     needs_initial_push = True
     starts_server = False
+    takes_deltas = True  # its server can move the weights it holds on by a delta (sync/delta_push.py)
 
     def __init__(self, client, timeout: float, label: str = "restart (reload)"):
         self.client, self.timeout, self.label = client, timeout, label
@@ -73,18 +78,28 @@ class InPlaceReload:
         workers lack kills the engine (EngineDeadError) instead of answering an error."""
         require_worker_extension(self.client, self.label, "reload weights in place")
 
-    def apply(self, weights_dir: str | None) -> dict:
-        """Reload `weights_dir` (None: the checkpoint the server was started on)."""
+    def apply(self, weights_dir: str | None, **kwargs) -> dict:
+        """Reload `weights_dir` (None: the checkpoint the server was started on). `kwargs`: more arguments of the
+        worker method (`delta_base`: keep it as the base of delta pushes)."""
+        # None: the worker reloads the checkpoint it was started on; a directory: each server its own path to it
+        return self.report(self.call(RELOAD_METHOD, {"weights_path": weights_dir} if weights_dir else None, kwargs))
+
+    def call(self, method: str, paths: dict | None, kwargs: dict | None = None) -> list[dict]:
+        """`method` of the worker extension on every worker of every server, around a prefix-cache reset: one
+        report per worker."""
         try:
-            # None: the worker reloads the checkpoint it was started on; a directory: each server its own path to it
             results = self._reset.around(lambda: self.client.collective_rpc(
-                RELOAD_METHOD, timeout=self.timeout, paths={"weights_path": weights_dir} if weights_dir else None))
+                method, kwargs or None, timeout=self.timeout, paths=paths))
         except ServerError as exc:
             raise SyncError(explain_rpc_failure(self.label, str(exc),
                                                 "the in-place reload failed on the server")) from exc
         if not results or not all(isinstance(r, dict) for r in results):
             raise SyncError(f"grpo.sync={self.label}: the server's workers answered {results!r} to "
-                            f"{RELOAD_METHOD}; expected one report per worker")
+                            f"{method}; expected one report per worker")
+        return results
+
+    def report(self, results: list[dict]) -> dict:
+        """The reload's summary; SyncError when a worker failed."""
         failed = [r for r in results if r.get("error")]
         if failed:
             raise SyncError(
@@ -92,7 +107,10 @@ class InPlaceReload:
                 f"worker(s): {failed[0]['error']}. The server may now hold partly reloaded weights; training "
                 f"stops here. Worker traceback (tail):\n{failed[0].get('traceback', '')}"
             )
-        return {"workers": len(results), "reload_ms": max(r.get("reload_ms", 0.0) for r in results)}
+        # the slowest / largest worker's figures (reload_ms, refresh_ms; a delta's apply_ms, a held base's bytes)
+        figures = {k for r in results for k in r if k.endswith(("_ms", "_bytes"))}
+        return {"workers": len(results), "reload_ms": 0.0,
+                **{k: max(r.get(k, 0) for r in results) for k in sorted(figures)}}
 
     def close(self) -> None:
         self._reset.close()
@@ -106,6 +124,7 @@ class _ProcessRestart:
     # restart is needed at all (it saves one full restart per run).
     needs_initial_push = False
     starts_server = True
+    takes_deltas = False
 
     def __init__(self, client, servers: Callable[[], list], timeout: float):
         self.client, self._servers, self.timeout = client, servers, timeout
@@ -157,6 +176,25 @@ class _ProcessRestart:
         pass
 
 
+class FullPushes:
+    """Every push the full checkpoint: written, then made served by the strategy."""
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+
+    def push(self, named: dict, write: Callable[[dict], str]) -> dict:
+        t0 = time.perf_counter()
+        path = write(named)
+        t1 = time.perf_counter()
+        return {"write_ms": (t1 - t0) * 1e3, **self.strategy.apply(path)}
+
+    def server_restarted(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class RestartSync:
     mode = "restart"
     hands_files = True  # the checkpoint the server reloads (or restarts on)
@@ -165,7 +203,9 @@ class RestartSync:
 
     def __init__(self, client, *, strategy: str = "reload", sync_dir: str | None = None,
                  servers: Callable[[], list] | None = None, rpc_timeout: float = 300.0,
-                 start_timeout: float = 600.0):
+                 start_timeout: float = 600.0, delta_anchor_every: int | None = 0):
+        """`delta_anchor_every` (reload only): a full push every N pushes and deltas between; None: 10 where a
+        server is sent its files over the network, else off; 0: off (sync/delta_push.py)."""
         if strategy not in STRATEGIES:
             raise ValueError(f"grpo.restart_strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
         self.client = client
@@ -176,6 +216,8 @@ class RestartSync:
                 servers = managed.servers
             self.strategy = _ProcessRestart(client, servers, start_timeout)
         self.storage = SyncDir("restart", sync_dir)
+        self._delta = (delta_anchor_every, sync_dir)
+        self.pushes = FullPushes(self.strategy)
         self._model = None
         self._served: str | None = None
         self.last_report: dict = {}
@@ -198,17 +240,16 @@ class RestartSync:
         self._model = model = full_weight_model(handle, self.mode)
         _ = self.generation_model  # fail early if the server serves nothing
         self.strategy.prepare(model, self.storage.path)
+        if self.strategy.takes_deltas:  # after the transports are known: the default follows them
+            self.pushes = delta_pushes(self.strategy, self.client, *self._delta) or self.pushes
 
-    def _write_weights(self, full: dict | None = None) -> None:
-        self.storage.write_checkpoint(checkpoint_tensors(self._model, full),
-                                      "writing the weights for grpo.sync=restart", WEIGHTS_FILE)
+    def _write_weights(self, named: dict) -> str:
+        self.storage.write_checkpoint(named, "writing the weights for grpo.sync=restart", WEIGHTS_FILE)
+        return str(self.storage.path)
 
     def push(self, step: int, tensors: dict | None = None) -> SyncResult:
         t0 = time.perf_counter()
-        self._write_weights(tensors)
-        t1 = time.perf_counter()
-        report = self.strategy.apply(str(self.storage.path))
-        self.last_report = {"write_ms": (t1 - t0) * 1e3, **report}
+        self.last_report = self.pushes.push(checkpoint_tensors(self._model, tensors), self._write_weights)
         return SyncResult(step=step, sync_ms=(time.perf_counter() - t0) * 1e3)
 
     @property
@@ -218,7 +259,9 @@ class RestartSync:
 
     def server_restarted(self) -> None:
         self._served = None  # asked again of the new server
+        self.pushes.server_restarted()  # it holds no base: the next push is a full one
 
     def close(self) -> None:
         self.strategy.close()
+        self.pushes.close()
         self.storage.close()
