@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -656,3 +657,16 @@ def test_a_program_starts_with_nothing_of_the_fork_servers_for_the_collector_to_
     code = "import gc\nN = [len(gc.get_objects(g)) for g in range(3)]\ndef counts():\n    return N\n"
     res = one(sandbox, code, ["young, mid, old = counts()\nassert young < 100 and mid == old == 0, (young, mid, old)"])
     assert res.passed == [True], res
+
+
+def test_a_sandbox_that_says_it_is_ready_has_its_templates_confined():
+    """Every template holds no_new_privs, its seccomp filter and its shared limits by the time Sandbox() returns (its
+    children inherit them): what a test or a user reads of it then is what it keeps."""
+    for _ in range(4):
+        with Sandbox() as sb:
+            for pid in sb.template_pids:
+                status = Path(f"/proc/{pid}/status").read_text()
+                limits = Path(f"/proc/{pid}/limits").read_text().splitlines()
+                msgqueue = next(line for line in limits if line.startswith("Max msgqueue size")).split()
+                assert "NoNewPrivs:\t1" in status and "Seccomp:\t2" in status, status
+                assert msgqueue[3:5] == ["0", "0"], msgqueue

@@ -450,7 +450,7 @@ def main() -> None:
     config["landlock_abi"] = abi
     try:
         server = ForkServer(config)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, template.TemplateGone) as exc:
         sys.stdout.write(json.dumps({"error": f"the fork server could not start: {type(exc).__name__}: {exc}"})
                          + "\n")
         sys.stdout.flush()

@@ -88,6 +88,15 @@ class Template:
         theirs.close()
         self.sock, self.pid, self.buf = ours, pid, b""
         self.starting: collections.deque = collections.deque()  # the server's records of spawns not yet answered
+        # back once every layer it holds for its children is in place (no_new_privs, limits, seccomp, its core): a
+        # sandbox that says it is ready has them all; a template that could not set them is gone, said here
+        try:
+            ready = ours.recv(_ANSWER.size, _socket.MSG_WAITALL)
+        except OSError as exc:
+            raise TemplateGone(f"the template process is gone before it was ready ({exc})") from None
+        if len(ready) != _ANSWER.size or _ANSWER.unpack(ready)[0] != b"Y":
+            raise TemplateGone("the template process ended before it was ready (its reason is in the sandbox's "
+                               "stderr)")
 
     def spawn(self, payload: bytes, fds: list[int], slot: int) -> None:
         """Ask for a child running `payload` with `fds` in scratch directory `slot` (-1: none; a judge). Answered,
@@ -165,6 +174,7 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
     except OSError:
         rulesets[-1] = -2
     dying: dict[int, int] = {}  # pidfd -> pid: killed, collected when its pidfd says it has ended
+    send(pack(b"Y", os.getpid(), 0))  # ready: every layer above is in place (Template.__init__ waits for this)
     while True:
         if dying:  # never blocks on a dying child (its memory's teardown takes a while): forks go on meanwhile
             ready = select.select([sock, *dying], [], [])[0]
