@@ -188,10 +188,12 @@ class Sandbox:
             raise _layer_missing("landlock", str(msg.get("error")))
         if not msg.get("ready"):
             self.close()
-            raise SandboxUnavailable(
-                f"the code sandbox cannot run on this machine: {msg.get('error')}. It runs programs in a "
-                "bubblewrap jail, which needs user namespaces (root, or `sysctl kernel.unprivileged_userns_clone=1`"
-                "; in Docker/Podman a seccomp profile that allows `unshare`/`clone` with namespace flags). " + _HELP)
+            error = str(msg.get("error"))
+            jail_hint = "" if msg.get("in_jail") else (  # said from inside the jail: the namespaces were not the cause
+                " It runs programs in a bubblewrap jail, which needs user namespaces (root, or `sysctl "
+                "kernel.unprivileged_userns_clone=1`; in Docker/Podman a seccomp profile that allows "
+                "`unshare`/`clone` with namespace flags).")
+            raise SandboxUnavailable(f"the code sandbox cannot run on this machine: {error}.{jail_hint} " + _HELP)
         abi = int(msg.get("landlock_abi", 0))
         if abi == 0:
             missing.append("landlock")

@@ -451,7 +451,8 @@ def main() -> None:
     try:
         server = ForkServer(config)
     except (OSError, ValueError, template.TemplateGone) as exc:
-        sys.stdout.write(json.dumps({"error": f"the fork server could not start: {type(exc).__name__}: {exc}"})
+        sys.stdout.write(json.dumps({"error": f"the fork server could not start: {type(exc).__name__}: {exc}",
+                                     "in_jail": True})
                          + "\n")
         sys.stdout.flush()
         return

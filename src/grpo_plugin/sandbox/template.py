@@ -92,11 +92,12 @@ class Template:
         # sandbox that says it is ready has them all; a template that could not set them is gone, said here
         try:
             ready = ours.recv(_ANSWER.size, _socket.MSG_WAITALL)
+            kind, n, _ = _ANSWER.unpack(ready) if len(ready) == _ANSWER.size else (b"", 0, 0)
+            why = ours.recv(n, _socket.MSG_WAITALL).decode(errors="replace") if kind == b"N" and n > 0 else ""
         except OSError as exc:
             raise TemplateGone(f"the template process is gone before it was ready ({exc})") from None
-        if len(ready) != _ANSWER.size or _ANSWER.unpack(ready)[0] != b"Y":
-            raise TemplateGone("the template process ended before it was ready (its reason is in the sandbox's "
-                               "stderr)")
+        if kind != b"Y":
+            raise TemplateGone(why or "the template process ended before it was ready")
 
     def spawn(self, payload: bytes, fds: list[int], slot: int) -> None:
         """Ask for a child running `payload` with `fds` in scratch directory `slot` (-1: none; a judge). Answered,
@@ -134,6 +135,13 @@ class Template:
         return out
 
 
+def _not_ready(sock, why: str) -> None:
+    """The template cannot hold a layer for its children: it says why (Template.__init__ raises it) and ends."""
+    sys.stderr.write(f"sandbox: {why}\n")
+    data = why.encode()[:4096]
+    sock.send(_ANSWER.pack(b"N", len(data), 0) + data)
+
+
 def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | None,
                    seccomp: confine.Seccomp | None, core: int | None = None) -> None:
     """Fork on request, reap on request, nothing else. It dies with the server."""
@@ -150,14 +158,12 @@ def _template_loop(sock, server: int, child_main, landlock: confine.Landlock | N
     try:
         confine.confine_template()
     except OSError as exc:
-        sys.stderr.write(f"sandbox: the template could not set no_new_privs and its limits: {exc}\n")
-        return
+        return _not_ready(sock, f"the template could not set no_new_privs and its limits: {exc}")
     if seccomp is not None:
         try:
             seccomp.load()
         except OSError as exc:
-            sys.stderr.write(f"sandbox: the template could not load the seccomp filter: {exc}\n")
-            return
+            return _not_ready(sock, f"the template could not load the seccomp filter: {exc}")
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)  # not the server's pipes to the trainer: the trainer must see them close when the server ends
     os.dup2(null, 1)
