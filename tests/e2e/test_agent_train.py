@@ -83,20 +83,23 @@ def test_a_third_party_agent_on_the_openai_route_learns_in_lora_sync_until_it_go
         tmp_path, tiny_model_dir, tiny_data_file, cache_env, blind_server):
     """tests/e2e/third_party_agent.py: turn 1 through the handle, turn 2 through the OpenAI route naming the first
     model of /v1/models (the base model) on the server's plain address. In lora_sync that name samples the adapter
-    being trained: every model token of steps 1-12 agrees with the trainer's logprobs at lag 0 and the reward rises.
-    From step 13 the agent samples turn 2 at another temperature: the lag-0 check stops the run with the cause,
-    step 12 saved first. On a server that cannot read the trainer's sync directory (tests/conftest.py
-    `blind_server`, as a server on another host): every adapter version sent over HTTP, every push verified."""
+    being trained: every model token of steps 1-16 agrees with the trainer's logprobs at lag 0 and the reward rises
+    (it took off as late as steps 10-12 in some runs: 16 leave it room). From step 17 the agent samples turn 2 at
+    another temperature: the lag-0 check stops the run with the cause, step 16 saved first. On a server that cannot
+    read the trainer's sync directory (tests/conftest.py `blind_server`, as a server on another host): every adapter
+    version sent over HTTP, every push verified."""
     from tests.e2e.third_party_agent import OFF_POLICY_FROM
 
-    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, CONFIG, server=blind_server, max_steps=STEPS,
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, CONFIG, server=blind_server,
+                           max_steps=OFF_POLICY_FROM + 4,
                            trl={"rollout_func": "tests.e2e.third_party_agent.handle_then_openai"})
     proc = train(path)
     log = proc.stdout + proc.stderr
     assert proc.returncode != 0, log[-3000:]
     assert re.search(r"RolloutFuncError: trl\.rollout_func tests\.e2e\.third_party_agent\.handle_then_openai: \d+ "
-                     r"of 32 rows sampled at the weights this step trains \(policy version 12\) differ from the "
-                     r"trainer's logprobs by more than grpo\.offpolicy_reject=0\.5 nats/token", log), log[-4000:]
+                     rf"of 32 rows sampled at the weights this step trains \(policy version {OFF_POLICY_FROM}\) "
+                     r"differ from the trainer's logprobs by more than grpo\.offpolicy_reject=0\.5 nats/token",
+                     log), log[-4000:]
     assert "another temperature than trl.temperature" in log
     out = Path(cfg["output_dir"])
     assert f"was saved to {out / f'checkpoint-{OFF_POLICY_FROM}'}" in log

@@ -16,7 +16,7 @@ import requests
 
 from rewards.toy_agent import TURN_TOKENS, rollouts
 
-OFF_POLICY_FROM = 12  # the optimizer step (trainer.state.global_step) from which turn 2 samples at OFF_TEMPERATURE
+OFF_POLICY_FROM = 16  # the optimizer step (trainer.state.global_step) from which turn 2 samples at OFF_TEMPERATURE
 OFF_TEMPERATURE = 2.0  # a low one would hardly show on the trained tiny model: its turns are near-certain
 
 
