@@ -9,7 +9,7 @@ import json
 import struct
 from pathlib import Path
 
-from safetensors.torch import load, save_file
+from safetensors.torch import load, save
 
 from grpo_plugin.delta.codec import Delta, DeltaMismatch, TensorDelta
 
@@ -24,13 +24,10 @@ def write(path: Path, delta: Delta, base_digest: str) -> str:
                for part, t in entry.parts.items()}
     meta = {"format": FORMAT, "base": base_digest,
             "encodings": json.dumps({name: e.encoding for name, e in delta.tensors.items()})}
+    data = save(tensors, metadata=meta)  # a delta is small: hashed from the bytes written, not read back
     path.unlink(missing_ok=True)
-    save_file(tensors, str(path), metadata=meta)
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(8 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+    path.write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def read(path: Path) -> tuple[Delta, str, str]:
