@@ -317,6 +317,12 @@ class VLLMServerClient:
     def resume(self) -> None:
         self._post("/resume", {})
 
+    def interrupt(self) -> None:
+        """End every generation request on the server now (vLLM's `/pause?mode=abort`, then `/resume`): each
+        returns what it sampled so far, finish reason "abort" (streaming's in-flight updates, sync/gate.py)."""
+        self.pause(mode="abort", clear_cache=False)
+        self.resume()
+
     # -- policy versions (grpo_plugin's routes, in_vllm/routes.py) -----------------------------------
     def set_policy(self, version: int, model: str | None) -> None:
         """Tell the server which policy version it now computes with, and the model name that serves it."""

@@ -168,6 +168,9 @@ class ServerGroup:
     def pause(self, *, mode: str = "wait", clear_cache: bool = True) -> None:
         self.each(lambda c: c.pause(mode=mode, clear_cache=clear_cache))
 
+    def interrupt(self) -> None:
+        self.each(lambda c: c.interrupt())
+
     def resume(self) -> None:
         self.each(lambda c: c.resume())
 

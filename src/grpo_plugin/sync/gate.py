@@ -14,7 +14,14 @@ and the trainer's writes (main thread):
   overlaps a generation. lora_sync never writes in place (a push loads a new name): it asks `in_use(name)` before
   it unloads an old version instead.
 
-Without prefetch all of this is uncontended (one thread): nothing waits.
+Streaming (`trl.streaming_partial_batch`, producers/streaming.py): rollouts take INTERRUPTIBLE leases, one per
+request, and the gate is given an `interrupt` (abort every request on the server(s)). A write then does not wait
+for them to finish: once the plain leases (the probe's) have ended, it interrupts the server; each interrupted
+request returns what it sampled so far, its lease ends, and the rollout continues from there under a new lease,
+with the new weights (producers/inflight.py). A publish that loads new weights next to the old ones (lora_sync)
+interrupts the rollouts still sampling an older version, so they continue with the new one.
+
+Without prefetch or streaming all of this is uncontended (one thread): nothing waits.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -38,10 +46,19 @@ class GateClosed(RuntimeError):
 class Lease:
     version: int
     model: str
+    interruptible: bool = False
+
+
+INTERRUPT_AGAIN_S = 0.5  # a request sent just after an interrupt is caught by the next one
 
 
 class PolicyGate:
-    def __init__(self):
+    def __init__(self, interrupt: Callable[[], None] | None = None):
+        """`interrupt`: ends every generation request on the server(s) now, each returning what it sampled so far
+        (streaming only; None: writes wait for every lease to end)."""
+        self._interrupt = interrupt
+        self._interruptible: Counter[int] = Counter()  # version -> interruptible leases held now
+        self.interrupts = 0  # how often a write or a publish interrupted rollouts
         self._cond = threading.Condition()
         self._version: int | None = None
         self._model: str | None = None
@@ -58,11 +75,23 @@ class PolicyGate:
         with self._cond:
             self._version, self._model = version, model
             self._cond.notify_all()
+            # new weights served beside the old (a lora_sync push): rollouts still on an older version move on
+            # (not while a probe's request runs: the interrupt would end it too; those rollouts finish as they are)
+            held = sum(self._interruptible.values())
+            stale = (self._interrupt is not None and not self._writing and held == sum(self._leases.values())
+                     and any(v < version for v in self._interruptible))
+        if stale:
+            self._interrupt_now()
 
-    def acquire(self, min_version: int | None = None, timeout: float | None = None) -> Lease:
+    def _interrupt_now(self) -> None:
+        self.interrupts += 1
+        self._interrupt()
+
+    def acquire(self, min_version: int | None = None, timeout: float | None = None, *,
+                interruptible: bool = False) -> Lease:
         """Pin the published version for one generation (or one probe); `release()` it when done, from any
         thread. Waits until `min_version` is published; writers waiting go first (a push is never starved by a
-        stream of rollouts)."""
+        stream of rollouts). `interruptible`: a write may interrupt the generation (streaming)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while (self._version is None or self._writing or self._writers_waiting
@@ -75,21 +104,27 @@ class PolicyGate:
                         f"a rollout waited {timeout:.0f} s for policy version {min_version} (grpo.max_policy_lag); "
                         f"the server holds version {self._version}")
                 self._cond.wait(left)
-            lease = Lease(self._version, self._model)
+            lease = Lease(self._version, self._model, interruptible and self._interrupt is not None)
             self._leases[lease.model] += 1
+            if lease.interruptible:
+                self._interruptible[lease.version] += 1
             return lease
 
     def release(self, lease: Lease) -> None:
         with self._cond:
             self._leases[lease.model] -= 1
+            if lease.interruptible:
+                self._interruptible[lease.version] -= 1
+                if self._interruptible[lease.version] <= 0:
+                    del self._interruptible[lease.version]
             if self._leases[lease.model] <= 0:
                 del self._leases[lease.model]
             self._cond.notify_all()
 
     @contextmanager
-    def lease(self, min_version: int | None = None, timeout: float | None = None):
+    def lease(self, min_version: int | None = None, timeout: float | None = None, *, interruptible: bool = False):
         """`acquire()` for the duration of a `with` block."""
-        lease = self.acquire(min_version, timeout)
+        lease = self.acquire(min_version, timeout, interruptible=interruptible)
         try:
             yield lease
         finally:
@@ -112,7 +147,21 @@ class PolicyGate:
             self._writers_waiting += 1
             try:
                 while self._writing or self._leases:
-                    self._cond.wait()
+                    interruptible = sum(self._interruptible.values())
+                    if self._interrupt is None or not interruptible:
+                        self._cond.wait()
+                        continue
+                    # no new lease starts now; the probe's (plain) leases end first (an interrupt would end its
+                    # request too), then the rollouts' requests are interrupted, again while any is still held
+                    if sum(self._leases.values()) > interruptible:
+                        self._cond.wait()
+                        continue
+                    self._cond.release()
+                    try:
+                        self._interrupt_now()
+                    finally:
+                        self._cond.acquire()
+                    self._cond.wait_for(lambda: not self._leases, INTERRUPT_AGAIN_S)
             finally:
                 self._writers_waiting -= 1
             self._writing = True
