@@ -51,6 +51,7 @@ from grpo_plugin.producers.prefetch import PrefetchingProducer
 from grpo_plugin.producers.rollout import ROLLOUT_KEY, record_of
 from grpo_plugin.producers.seeds import PromptSeeds
 from grpo_plugin.producers.spec import GenerationSpec, broadcast_from_rank_0, pad_token_id
+from grpo_plugin.producers.streaming import StreamingProducer
 from grpo_plugin.reporting.recorder import StepMetricsCallback, StepRecorder
 from grpo_plugin.reporting.reward_log import RewardLog, weighted_rewards
 from grpo_plugin.server.client import ServerError
@@ -73,8 +74,12 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         client = connect(server_urls(training_args, self.grpo), timeout=self.grpo.request_timeout)  # 1+ servers
         self.recorder = StepRecorder()
         self.reward_log = RewardLog()
-        self.sync = SyncSession(self.grpo, client, world_size=training_args.world_size,
-                                overlapped=bool(training_args.async_prefetch) or self.grpo.atropos is not None,
+        streaming = self.run_config.trl.streaming
+        if streaming:  # the plugin streams whole groups itself; axolotl's chunked scorer would bypass its scoring
+            training_args.streaming_partial_batch = False
+        self.sync = SyncSession(self.grpo, client, world_size=training_args.world_size, streaming=streaming,
+                                overlapped=(bool(training_args.async_prefetch) or streaming
+                                            or self.grpo.atropos is not None),
                                 step=lambda: self.state.global_step, on_result=self.recorder.synced,
                                 max_model_len=self.run_config.vllm.max_model_len)
         # grpo.environment_factory: environments with get_reward() are reward columns (TRL wants one at init)
@@ -134,7 +139,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
             process_index=self.accelerator.process_index, broadcast_object=broadcast_from_rank_0,
             seeds=self.prompt_seeds)
         producer = build.build_producer(args, train_dataset, self.run_config, spec, host=self)
-        if isinstance(producer, PrefetchingProducer):  # its queue goes when a server is lost under a verification
+        if isinstance(producer, (PrefetchingProducer, StreamingProducer)):  # what a lost server may have sampled
             self.sync.forget_prefetched = producer.drop_queue
         return producer
 
@@ -142,7 +147,7 @@ class GRPOPluginTrainer(AxolotlAsyncGRPOTrainer):
         self.sync.maybe_push(self.state.global_step)
 
     def _compute_deferred_scores(self, rollout: dict) -> dict:
-        if self.sync.must_resample(record_of(rollout).policy_version):
+        if self.sync.must_resample(record_of(rollout).sampled_up_to):
             # sampled with the version whose verification the lost server never answered: sample it again
             release(record_of(rollout).environments)  # never scored: its environments go back to the pool
             rollout = self.data_producer.produce(self.model, self.state.global_step,

@@ -103,7 +103,7 @@ def test_the_docs_table_names_exactly_these_options_with_their_status_and_eviden
 ON = {
     "vllm_server_timeout": 30, "vllm_guided_decoding_regex": r"\d+", "vllm_enable_sleep_mode": True,
     "chat_template_kwargs": {"enable_thinking": False}, "vllm_sync_interval": 2,
-    "streaming_partial_batch": True, "streaming_min_groups": 2, "reroll_start_fraction": 0.5, "reroll_max_groups": 2,
+    "streaming_min_groups": 2, "reroll_start_fraction": 0.5, "reroll_max_groups": 2,
     "entropy_coef": 0.01, "use_adaptive_entropy": True, "entropy_coef_min": 0.0, "entropy_coef_max": 1.0,
     "entropy_coef_delta": 0.005, "entropy_target": 0.2, "vllm_importance_sampling_clip_min": 0.5,
     "vllm_importance_sampling_clip_max": 2.0,
@@ -213,7 +213,7 @@ def test_the_host_gaps_behind_the_refusals_are_still_there():
     calls = [p.name for p in grpo_dir.glob("*.py") if re.search(r"[^f] _pre_produce_hook\(|\._pre_produce_hook\(",
                                                                    p.read_text())]
     assert calls == [], calls
-    # the streaming scorer does not go through the plugin's scoring hook
+    # axolotl's streaming scorer does not go through the plugin's scoring hook: the trainer keeps it off and streams itself
     assert "_compute_deferred_scores" not in _source(_AX + "async_trainer.AsyncGRPOTrainer._score_streaming")
 
 

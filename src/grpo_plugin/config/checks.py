@@ -35,6 +35,8 @@ def check_cross_keys(data: dict) -> None:
     _check_agents(data, grpo)
     if config_value(grpo, "seeded_sampling"):
         _check_seeded(data, grpo)
+    if config_value(data.get("trl") or {}, "streaming_partial_batch"):
+        _check_streaming(data, grpo)
     trl = data.get("trl") or {}
     if isinstance(trl, dict):
         if trl.get("use_vllm") is False:
@@ -167,6 +169,27 @@ def _check_seeded(data: dict, grpo) -> None:
         raise ValueError("grpo.seeded_sampling needs vllm.max_model_len: the plugin's vLLM-CPU servers run without "
                          "chunked prefill (vLLM-CPU cannot resume a seeded request across a split prefill), and "
                          "vLLM then needs each step's token budget to hold a whole prompt of max_model_len tokens.")
+
+
+def _check_streaming(data: dict, grpo) -> None:
+    """trl.streaming_partial_batch streams the plugin's own single-turn rollouts, on one trainer rank."""
+    trl = data.get("trl") or {}
+    others = [k for k, v in (("grpo.atropos", config_value(grpo, "atropos")),
+                             ("trl.rollout_func", config_value(trl, "rollout_func")),
+                             ("grpo.tools", config_value(grpo, "tools")),
+                             ("grpo.environment_factory", config_value(grpo, "environment_factory"))) if v]
+    if others:
+        raise ValueError(f"trl.streaming_partial_batch with {' and '.join(others)}: the plugin streams its own "
+                         "single-turn rollouts only (agent and Atropos rollouts are not interrupted and continued "
+                         "across pushes). Remove trl.streaming_partial_batch; trl.async_prefetch overlaps their "
+                         "generation with training.")
+    if world_size() > 1:
+        raise ValueError(f"trl.streaming_partial_batch with {world_size()} trainer ranks: streaming runs on one rank "
+                         "for now. Remove it (trl.async_prefetch works with several ranks).")
+    if config_value(grpo, "max_policy_lag") == 0:
+        raise ValueError("trl.streaming_partial_batch with grpo.max_policy_lag: 0: a rollout that runs across a push "
+                         "would never be trained (its first tokens are a version old). Set max_policy_lag to 1 or "
+                         "more (default 4 with streaming).")
 
 
 def _check_atropos(data: dict, atropos) -> None:

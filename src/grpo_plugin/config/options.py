@@ -89,7 +89,8 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "use_data_producer": (WORKS, _WIRED),
     "async_prefetch": (WORKS, "tests/e2e/test_async_prefetch.py::test_async_prefetch_on_a_managed_server"),
     "prefetch_depth": (WORKS, _PRODUCER + "; grpo_plugin.producers.prefetch.PrefetchingProducer"),
-    "streaming_partial_batch": (REFUSED, _CHECK),
+    "streaming_partial_batch": (WORKS, "tests/e2e/test_async_prefetch.py::test_streaming_in_flight_updates; "
+                                "grpo_plugin.producers.streaming.StreamingProducer"),
     "streaming_min_groups": (REFUSED, _CHECK),
     # -- advantages --
     "reward_weights": (INHERITED, _SCORES),
@@ -163,12 +164,9 @@ REFUSED_WHEN_SET: dict[str, tuple[tuple, str]] = {
                              "has no line for it), so the prompts would be rendered without it. Remove it."),
     "vllm_sync_interval": ((None,), "the plugin's weight sync replaces axolotl's, which reads it. Use "
                            "grpo.sync_interval."),
-    "streaming_partial_batch": ((None, False), "axolotl's streaming scorer bypasses the plugin's scoring hook "
-                                "(_compute_deferred_scores): rollouts would lose their policy version and timings, "
-                                "the finish of a deferred sync verification, and Atropos per-sequence temperatures. "
-                                "Remove it."),
-    "streaming_min_groups": ((None,), "it applies to trl.streaming_partial_batch only, which the plugin refuses. "
-                             "Remove it."),
+    "streaming_min_groups": ((None, 1), "axolotl's chunked scorer is not used: the plugin streams whole groups into "
+                             "each batch in the order they finish (trl.streaming_partial_batch). Use "
+                             "grpo.stream_groups for how many groups generate at once. Remove it."),
     "reroll_start_fraction": ((None, 1, 1.0), "axolotl collects the prompts to re-roll, but nothing puts them back "
                               "into a batch (RerollDataProducer._pre_produce_hook has no caller in axolotl 0.19 or "
                               "0.21), so it would only grow a list. Remove it."),

@@ -112,7 +112,14 @@ class GRPOSettings(BaseModel):
         default=None, ge=0,
         description="Most optimizer steps the weights that sampled a rollout may lag behind the weights it trains; "
         "the producer waits for a newer version rather than exceed it (trl.async_prefetch). Default 1, or "
-        "sync_interval - 1 when that is larger (the server holds each push for sync_interval steps).",
+        "sync_interval - 1 when that is larger (the server holds each push for sync_interval steps). With "
+        "trl.streaming_partial_batch it bounds every token (default 4 there, at least 1): an older group is "
+        "generated again.",
+    )
+    stream_groups: int | None = Field(
+        default=None, ge=1,
+        description="trl.streaming_partial_batch: groups generating (or finished, not yet trained) at once. Default: "
+        "two batches' worth.",
     )
     restart_strategy: Literal["reload", "process"] | None = Field(
         default=None,
@@ -248,6 +255,11 @@ class GRPOSettings(BaseModel):
     @property
     def policy_lag_bound(self) -> int:
         return self.max_policy_lag if self.max_policy_lag is not None else max(1, self.sync_interval - 1)
+
+    @property
+    def stream_lag_bound(self) -> int:
+        """grpo.max_policy_lag with streaming: every token's bound (4 unless set; never below the push interval)."""
+        return self.max_policy_lag if self.max_policy_lag is not None else max(4, self.sync_interval - 1)
 
     @model_validator(mode="after")
     def _strategy(self) -> GRPOSettings:

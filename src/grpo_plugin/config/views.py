@@ -42,12 +42,16 @@ class TRLView:
 
     # more fields of each generation request: axolotl (0.19, 0.21) does not pass it on to TRL's args
     generation_kwargs: dict | None = None
+    # groups train in the order they finish, pushes interrupt the rollouts in flight (producers/streaming.py);
+    # axolotl's own streaming scorer is kept off (it would bypass the plugin's scoring hook)
+    streaming: bool = False
 
     @classmethod
     def of(cls, block: Any) -> TRLView:
         block = block or {}
         kwargs = config_value(block, "generation_kwargs")
-        return cls(generation_kwargs=dict(kwargs) if kwargs else None)
+        return cls(generation_kwargs=dict(kwargs) if kwargs else None,
+                   streaming=bool(config_value(block, "streaming_partial_batch")))
 
 
 # the top-level keys a RunConfig reads (with the blocks: what config.lookups.run_config compares)

@@ -4,8 +4,10 @@
   background, `grpo.atropos.prefetch`);
 - `trl.rollout_func` set: `AgentRolloutProducer` (the user's function makes each rollout, multi-turn agents
   included, generating on the vLLM server through the plugin's handle or its OpenAI routes);
-- otherwise `LocalRolloutProducer` (generation on the vLLM server);
-either wrapped in `PrefetchingProducer` with `trl.async_prefetch` (axolotl's background producer).
+- otherwise `LocalRolloutProducer` (generation on the vLLM server), or with `trl.streaming_partial_batch`
+  `StreamingProducer` (groups in the order they finish, pushes under running rollouts);
+either (but the streaming one) wrapped in `PrefetchingProducer` with `trl.async_prefetch` (axolotl's background
+producer).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from grpo_plugin.producers.atropos import AtroposProducer
 from grpo_plugin.producers.local import LocalRolloutProducer
 from grpo_plugin.producers.prefetch import PrefetchingProducer
 from grpo_plugin.producers.spec import GenerationSpec
+from grpo_plugin.producers.streaming import StreamingProducer
 
 LAG_WAIT_S = 1800.0  # longest a rollout waits for the version grpo.max_policy_lag needs (a push that never comes)
 
@@ -37,8 +40,10 @@ def build_producer(args, train_dataset, run: RunConfig, spec: GenerationSpec, *,
         return AtroposProducer(config, settings=settings.atropos, args=args, spec=spec, sequence_len=run.sequence_len,
                                wandb=(run.wandb_project, run.wandb_run_id))
     rollout_func = getattr(host, "rollout_func", None)  # trl.rollout_func, as axolotl handed it to TRL
-    local, extra = LocalRolloutProducer, {}
-    if rollout_func is not None:
+    local, extra, lag = LocalRolloutProducer, {}, settings.policy_lag_bound
+    if run.trl.streaming:  # config checks refuse it with rollout functions, Atropos and several ranks
+        local, extra, lag = StreamingProducer, dict(capacity=settings.stream_groups), settings.stream_lag_bound
+    elif rollout_func is not None:
         local, extra = AgentRolloutProducer, dict(rollout_func=rollout_func, rollout_timeout=settings.rollout_timeout,
                                                   vocab_size=spec.vocab_size, offpolicy=(settings.offpolicy_reject,
                                                                                          settings.offpolicy_action))
@@ -52,12 +57,12 @@ def build_producer(args, train_dataset, run: RunConfig, spec: GenerationSpec, *,
         shuffle_dataset=spec.shuffle_dataset,
         seed=args.seed,
         spec=spec,
-        max_policy_lag=settings.policy_lag_bound,
+        max_policy_lag=lag,
         lag_timeout=LAG_WAIT_S,
         **extra,
     )
     producer.set_trainer(host)
-    if args.async_prefetch:
+    if args.async_prefetch and not run.trl.streaming:  # streaming generates in the background itself
         return PrefetchingProducer(producer, guard=spec.guard, background_produce_kwargs={"skip_policy_logps": True})
     return producer
 
@@ -65,6 +70,6 @@ def build_producer(args, train_dataset, run: RunConfig, spec: GenerationSpec, *,
 def stop(producer) -> None:
     """The run is over: what produces in the background stops (no prefetched rollout outlives the run; the Atropos
     fetcher stops and says what stays spooled)."""
-    if isinstance(producer, (PrefetchingProducer, AtroposProducer)):
+    if isinstance(producer, (PrefetchingProducer, AtroposProducer, StreamingProducer)):
         with contextlib.suppress(Exception):
             producer.shutdown()

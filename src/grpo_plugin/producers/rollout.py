@@ -48,7 +48,8 @@ class AtroposBatch:
 class Rollout:
     wait_ms: float  # how long the trainer waited for it (a prefetched rollout: the wait, not the generation)
     generate_ms: float = 0.0  # how long generating it took (overlapped with training when prefetched)
-    policy_version: int | None = None  # the weights that sampled it (None: the producer does not know)
+    policy_version: int | None = None  # the weights that sampled it (its oldest tokens'; None: not known)
+    newest_version: int | None = None  # the newest weights that sampled some of it (streaming), else policy_version
     server_rows: list[int] | None = None  # completions each server sampled (several servers)
     advantages: torch.Tensor | None = None  # the producer's own advantages (Atropos); None: axolotl's
     real_rows: int | None = None  # rows with a score, before the padding rows (Atropos)
@@ -60,6 +61,12 @@ class Rollout:
     agent: dict | None = None  # a rollout_func's rollout: turns, model / environment tokens (producers/agent.py)
     environments: Any = None  # grpo.environment_factory: the rollout's instances, held until scored (agents/)
     onpolicy_check: Any = None  # a rollout_func's lag-0 logprob check (producers/agent_onpolicy.py), run when scored
+    stream: dict | None = None  # streaming's figures for the step (producers/streaming.py stream_fields)
+
+    @property
+    def sampled_up_to(self) -> int | None:
+        """The newest version that sampled any of its tokens (a deferred verification of it must finish first)."""
+        return self.newest_version if self.newest_version is not None else self.policy_version
 
     def step_fields(self) -> dict:
         """What this rollout adds to its step's metrics record (grpo_metrics.jsonl)."""
@@ -76,6 +83,8 @@ class Rollout:
             out["atropos_envs"] = self.by_env
         if self.agent is not None:
             out.update(self.agent)
+        if self.stream is not None:
+            out.update(self.stream)
         return out
 
     def add_other_ranks(self, counts: list[tuple[list[int] | None, dict | None]]) -> None:

@@ -41,16 +41,18 @@ if TYPE_CHECKING:
 class SyncSession:
     def __init__(self, settings: GRPOSettings, client, *, world_size: int, overlapped: bool,
                  step: Callable[[], int], on_result: Callable[[SyncResult | None], None],
-                 max_model_len: int | None):
+                 max_model_len: int | None, streaming: bool = False):
         """`world_size`: the trainer's processes (with several, every rank joins a recovery: `attach` joins them;
         not for ipc nor Atropos, whose lost server ends the run: `recovers_on_ranks`). `overlapped`: generation
         overlaps training (prefetch, Atropos): the probe's server half then runs beside the next rollout.
         `step()`: the trainer's global step. `on_result(result)`: the sync done for the current step, for the
         step's metrics (None on the ranks that did not push). `max_model_len`: the server's (vllm.max_model_len; None:
-        the model's), which bounds the probe."""
+        the model's), which bounds the probe. `streaming`: rollouts stream (producers/streaming.py): a push
+        interrupts the rollouts in flight instead of waiting for them (sync/gate.py)."""
         self.settings, self.client, self.on_result, self.overlapped = settings, client, on_result, overlapped
         self.max_model_len = max_model_len
-        self.gate = PolicyGate()  # rollouts lease a version; in-place writes exclude them
+        # rollouts lease a version; in-place writes exclude them (streaming: interrupt them)
+        self.gate = PolicyGate(interrupt=client.interrupt if streaming else None)
         self.weight_sync = build_weight_sync(settings, client, self.gate)
         self.guard = ServerGuard(
             client, restore=self.restore, step=step, max_restarts=settings.server_restarts,
