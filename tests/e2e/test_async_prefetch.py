@@ -133,3 +133,44 @@ def test_async_prefetch_on_a_managed_server(mode, tmp_path, tiny_model_dir, tiny
     _check_async(cfg, log, steps, bound=max(1, grpo.get("sync_interval", 1) - 1), learns=mode != "restart_process")
     assert gone(managed_pid(log), timeout=5), "the managed server outlived `axolotl train`"
     assert not re.search(r"Traceback", log), log[-3000:]
+
+
+# streaming (trl.streaming_partial_batch): one run per sync mode, on the session servers where the mode has one.
+# stream_groups = one batch's groups: each batch's successors generate while it trains, so pushes land under
+# running rollouts (the in-flight updates); 32-token completions keep them running long enough
+STREAMING = {"lora_sync": ("quickstart_lora_sync.yaml", "vllm_server"),
+             "restart": ("quickstart_restart.yaml", "full_weight_server"),
+             "ipc": ("quickstart_ipc.yaml", None)}
+
+
+@pytest.mark.parametrize("mode", list(STREAMING))
+def test_streaming_in_flight_updates(mode, request, tmp_path, tiny_model_dir, tiny_data_file, cache_env):
+    config, server = STREAMING[mode]
+    steps, bound = 14, 4  # grpo.max_policy_lag's default with streaming
+    path, cfg = quickstart(tmp_path, tiny_model_dir, tiny_data_file, config=config, max_steps=steps,
+                           server=request.getfixturevalue(server) if server else None,
+                           trl={"streaming_partial_batch": True, "max_completion_length": 32},
+                           grpo={"stream_groups": 4})
+    proc = train(path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+    out = Path(cfg["output_dir"])
+    recs = [json.loads(x) for x in (out / "grpo_metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == list(range(1, steps + 1))
+    for r in recs:
+        # every token's version is known, none newer than the weights it trains, none past the bound
+        versions = {int(v): n for v, n in r["tokens_per_version"].items()}
+        assert max(versions) <= r["step"] - 1 and r["step"] - 1 - min(versions) == r["token_lag_max"] <= bound, r
+        assert sum(versions.values()) == sum(r["token_lag_hist"].values()) == r["completion_tokens"], r
+        assert r["policy_lag"] == r["token_lag_max"], r  # the step's lag is its oldest token's
+    # pushes landed under running rollouts, which went on with the new weights: tokens of two versions in a batch
+    continued = [r for r in recs if r["stream_continued"] > 0]
+    assert continued and any(len(r["tokens_per_version"]) > 1 for r in continued), recs
+    assert sum(r["stream_interrupts"] for r in recs) > 0
+    pushed = [r for r in recs if r["sync_logprob_diff"] is not None]
+    assert pushed and all(r["sync_logprob_diff"] <= 1e-4 for r in pushed), [r["sync_logprob_diff"] for r in pushed]
+    summary = json.loads((out / "grpo_summary.json").read_text())
+    assert summary["all_syncs_verified"] is True
+    assert summary["reward_mean_last_20pct"] > summary["reward_mean_first_20pct"] + 0.2, summary
+    assert "sampling/importance_sampling_ratio/mean" in log  # each token weighed by its own sampling logprob
+    assert not re.search(r"Traceback", log), log[-3000:]
