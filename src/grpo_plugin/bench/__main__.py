@@ -17,6 +17,8 @@ ONE run on the same machine:
     python -m grpo_plugin.bench servers [--size 100m] [--repeats 10] [--json]                   (bench/servers.py)
     python -m grpo_plugin.bench zero3 [--size 100m] [--repeats 10] [--json]                     (bench/zero3.py)
     python -m grpo_plugin.bench zero3 --cuda [--size 100m] [--json]                         (bench/zero3_cuda.py)
+    python -m grpo_plugin.bench async [--size 100m] [--steps 20] [--prompts 4] [--mode restart] [--seeds 42]
+                                      [--median 16] [--max-len 256] [--json]                  (bench/async_tail.py)
     python -m grpo_plugin.bench agent [--size tiny] [--prompts 4] [--group 8] [--turn-tokens 16]
                                       [--prompt-tokens 0] [--block-size N] [--rounds 7] [--json]
                                                                                                (bench/agent.py)
@@ -106,6 +108,15 @@ def main(argv: list[str] | None = None) -> None:
     z.add_argument("--repeats", type=_count(1), default=10, help="pushes per trainer layout")
     z.add_argument("--cuda", action="store_true", help="one CUDA rank: gather exactness and time (no server)")
     z.add_argument("--json", action="store_true", help="print one JSON object")
+    a = sub.add_parser("async", help="long-tailed rollouts: sync vs async_prefetch vs streaming + in-flight updates")
+    a.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
+    a.add_argument("--steps", type=_count(2), default=20)
+    a.add_argument("--prompts", type=_count(1), default=4, help="prompts per step (x 8 completions)")
+    a.add_argument("--mode", default="restart", choices=["lora_sync", "restart", "ipc"])
+    a.add_argument("--seeds", default="42", help="comma-separated: one run of each variant per seed")
+    a.add_argument("--median", type=_count(1), default=16, help="median completion length (tokens)")
+    a.add_argument("--max-len", type=_count(2), default=256, help="trl.max_completion_length (the tail's cap)")
+    a.add_argument("--json", action="store_true", help="print one JSON object")
     g = sub.add_parser("agent", help="trl.rollout_func's two-turn path vs single-turn generation, per model token")
     g.add_argument("--size", default="tiny", help="model size to build (tiny, 100m)")
     g.add_argument("--prompts", type=_count(1), default=4, help="prompts per batch (at most 8)")
@@ -129,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _module(args):
     name = args.cmd if args.cmd != "sync" else ("restart" if args.mode == "restart" else "lora")
+    name = "async_tail" if name == "async" else name
     if args.cmd == "sync" and args.transport:
         name = "transport"
     if args.cmd in ("ipc", "zero3") and args.cuda:
@@ -139,6 +151,9 @@ def _module(args):
 def _run(bench, args) -> dict:
     if args.cmd == "code":
         return bench.run(args.problems, args.group, args.rounds)
+    if args.cmd == "async":
+        return bench.run(args.size, args.steps, args.prompts, args.mode, [int(x) for x in args.seeds.split(",") if x],
+                         args.median, args.max_len)
     if args.cmd == "agent":
         return bench.run(args.size, args.prompts, args.group, args.turn_tokens, args.rounds, args.prompt_tokens,
                          args.block_size)

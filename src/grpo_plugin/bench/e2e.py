@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -116,9 +117,13 @@ def _train(cfg: dict, cores: set[int], threads: int, log: Path) -> dict:
 
 
 @contextlib.contextmanager
-def _pinned_server(cfg: dict, log: Path, timeout: float = 900.0):
-    """A vLLM server for `cfg`, its process tree on SERVER_CORE (inherited from this thread's affinity at start)."""
-    server = VLLMServerProcess(spec_from(run_config(cfg)), log_path=log)
+def _pinned_server(cfg: dict, log: Path, timeout: float = 900.0, extra_args: list[str] | None = None):
+    """A vLLM server for `cfg` (`extra_args`: more vLLM flags), its process tree on SERVER_CORE (inherited from this
+    thread's affinity at start)."""
+    spec = spec_from(run_config(cfg))
+    if extra_args:
+        spec = dataclasses.replace(spec, extra_args=[*spec.extra_args, *extra_args])
+    server = VLLMServerProcess(spec, log_path=log)
     saved_affinity, saved_bind = os.sched_getaffinity(0), os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(SERVER_CORE)
     os.sched_setaffinity(0, {SERVER_CORE})

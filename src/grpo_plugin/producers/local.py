@@ -92,7 +92,8 @@ class LocalRolloutProducer(GRPODataProducer):
         n_tokens = torch.tensor(sum(len(c) for c in completion_ids), device=spec.device)
         # read by the trainer when it consumes this rollout (main thread): which weights sampled it, how long
         # generating took, how long the trainer waited for it (the prefetcher replaces the wait)
-        record = Rollout(wait_ms=rollout_ms, generate_ms=rollout_ms, policy_version=version, server_rows=server_rows)
+        record = Rollout(wait_ms=rollout_ms, generate_ms=rollout_ms, policy_version=version, server_rows=server_rows,
+                         completion_tokens=int(n_tokens))
         return deferred_rollout(spec, tensors, n_tokens, inputs, prompts, completion_ids, record)
 
 

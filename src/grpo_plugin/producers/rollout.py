@@ -62,6 +62,7 @@ class Rollout:
     environments: Any = None  # grpo.environment_factory: the rollout's instances, held until scored (agents/)
     onpolicy_check: Any = None  # a rollout_func's lag-0 logprob check (producers/agent_onpolicy.py), run when scored
     stream: dict | None = None  # streaming's figures for the step (producers/streaming.py stream_fields)
+    completion_tokens: int | None = None  # the completions' tokens (single-turn producers)
 
     @property
     def sampled_up_to(self) -> int | None:
@@ -85,6 +86,8 @@ class Rollout:
             out.update(self.agent)
         if self.stream is not None:
             out.update(self.stream)
+        if self.completion_tokens is not None:
+            out["completion_tokens"] = self.completion_tokens
         return out
 
     def add_other_ranks(self, counts: list[tuple[list[int] | None, dict | None]]) -> None:

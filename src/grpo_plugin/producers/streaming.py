@@ -60,7 +60,6 @@ def stream_fields(groups: list[StreamedGroup], step: int, stats: StreamStats, in
     tokens = sum(versions.values())
     lengths = [len(s.token_ids) for g in groups for s in g.samples]
     return {
-        "completion_tokens": tokens,
         "token_lag_max": max(lags, default=0),
         "token_lag_mean": round(sum(lag * n for lag, n in lags.items()) / tokens, 4) if tokens else 0.0,
         "token_lag_hist": {str(k): lags[k] for k in sorted(lags)},
@@ -134,7 +133,8 @@ class StreamingProducer(LocalRolloutProducer):
         record = Rollout(wait_ms=wait_ms, generate_ms=max(stats.group_s, default=0.0) * 1e3,
                          policy_version=min(grp.oldest for grp in groups),
                          newest_version=max(grp.newest for grp in groups), server_rows=server_rows,
-                         stream=stream_fields(groups, global_step, stats, interrupts))
+                         stream=stream_fields(groups, global_step, stats, interrupts),
+                         completion_tokens=int(n_tokens))
         return deferred_rollout(spec, tensors, n_tokens, inputs, prompts, completion_ids, record)
 
     def _take(self, min_version: int) -> tuple[list[StreamedGroup], StreamStats]:
