@@ -135,7 +135,8 @@ def test_async_prefetch_on_a_managed_server(mode, tmp_path, tiny_model_dir, tiny
     assert not re.search(r"Traceback", log), log[-3000:]
 
 
-# streaming (trl.streaming_partial_batch): one run per sync mode, on the session servers where the mode has one.
+# streaming (trl.streaming_partial_batch): one run per sync mode, on the session servers where the mode has one; ipc's
+# on a managed server of its own, killed at step 4 (the stream starts over on the recovered server).
 # stream_groups = one batch's groups: each batch's successors generate while it trains, so pushes land under
 # running rollouts (the in-flight updates); 32-token completions keep them running long enough
 STREAMING = {"lora_sync": ("quickstart_lora_sync.yaml", "vllm_server"),
@@ -151,12 +152,23 @@ def test_streaming_in_flight_updates(mode, request, tmp_path, tiny_model_dir, ti
                            server=request.getfixturevalue(server) if server else None,
                            trl={"streaming_partial_batch": True, "max_completion_length": 32},
                            grpo={"stream_groups": 4})
-    proc = train(path)
-    log = proc.stdout + proc.stderr
+    if mode == "ipc":  # its managed server killed at step 4: streaming's recovery, in the same run
+        from tests.e2e.test_server_faults import _train_killing_the_server_at  # (that module imports this one)
+
+        proc, log = _train_killing_the_server_at(path, cfg, tmp_path / "train.log", 4)
+    else:
+        proc = train(path)
+        log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
     out = Path(cfg["output_dir"])
     recs = [json.loads(x) for x in (out / "grpo_metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == list(range(1, steps + 1))
+    outages = [r for r in recs if r["server_outages"]]
+    if mode == "ipc":  # what the lost server had sampled was dropped; the trainer's weights re-attached, verified
+        assert len(outages) == 1 and outages[0]["step"] > 4 and outages[0]["sync_pushed"], outages
+        assert outages[0]["sync_logprob_diff"] <= 1e-4, outages
+    else:
+        assert not outages, outages
     for r in recs:
         # every token's version is known, none newer than the weights it trains, none past the bound
         versions = {int(v): n for v, n in r["tokens_per_version"].items()}

@@ -320,7 +320,16 @@ class VLLMServerClient:
     def interrupt(self) -> None:
         """End every generation request on the server now (vLLM's `/pause?mode=abort`, then `/resume`): each
         returns what it sampled so far, finish reason "abort" (streaming's in-flight updates, sync/gate.py)."""
-        self.pause(mode="abort", clear_cache=False)
+        try:
+            self.pause(mode="abort", clear_cache=False)
+        except ServerError as exc:
+            if "HTTP 404" in str(exc):
+                raise ServerError(f"the vLLM server at {self.base_url} has no /pause route: trl.streaming_partial_batch "
+                                  "interrupts the rollouts in flight at each push through vLLM's /pause?mode=abort, "
+                                  "which a server serves in dev mode only (VLLM_SERVER_DEV_MODE=1). Start it with "
+                                  "`axolotl vllm-serve <config.yaml>` (or grpo.managed_server: true), or remove "
+                                  f"trl.streaming_partial_batch. Server reply: {exc}") from exc
+            raise
         self.resume()
 
     # -- policy versions (grpo_plugin's routes, in_vllm/routes.py) -----------------------------------
