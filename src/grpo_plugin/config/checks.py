@@ -154,13 +154,18 @@ def _check_agents(data: dict, grpo) -> None:
                          "would never be called. Remove one of the two.")
 
 
+def rollout_makers(data: dict, grpo) -> list[str]:
+    """The keys set that make the run's rollouts in code other than the plugin's own generation requests."""
+    trl = data.get("trl") or {}
+    return [k for k, v in (("grpo.atropos", config_value(grpo, "atropos")),
+                           ("trl.rollout_func", config_value(trl, "rollout_func")),
+                           ("grpo.tools", config_value(grpo, "tools")),
+                           ("grpo.environment_factory", config_value(grpo, "environment_factory"))) if v]
+
+
 def _check_seeded(data: dict, grpo) -> None:
     """grpo.seeded_sampling seeds the requests the plugin makes itself, on servers without chunked prefill."""
-    trl = data.get("trl") or {}
-    others = [k for k, v in (("grpo.atropos", config_value(grpo, "atropos")),
-                             ("trl.rollout_func", config_value(trl, "rollout_func")),
-                             ("grpo.tools", config_value(grpo, "tools")),
-                             ("grpo.environment_factory", config_value(grpo, "environment_factory"))) if v]
+    others = rollout_makers(data, grpo)
     if others:
         raise ValueError(f"grpo.seeded_sampling with {' and '.join(others)}: the rollouts' requests are made by the "
                          "environment or agent code, which the plugin does not seed. Remove grpo.seeded_sampling (or "
@@ -173,11 +178,7 @@ def _check_seeded(data: dict, grpo) -> None:
 
 def _check_streaming(data: dict, grpo) -> None:
     """trl.streaming_partial_batch streams the plugin's own single-turn rollouts, on one trainer rank."""
-    trl = data.get("trl") or {}
-    others = [k for k, v in (("grpo.atropos", config_value(grpo, "atropos")),
-                             ("trl.rollout_func", config_value(trl, "rollout_func")),
-                             ("grpo.tools", config_value(grpo, "tools")),
-                             ("grpo.environment_factory", config_value(grpo, "environment_factory"))) if v]
+    others = rollout_makers(data, grpo)
     if others:
         raise ValueError(f"trl.streaming_partial_batch with {' and '.join(others)}: the plugin streams its own "
                          "single-turn rollouts only (agent and Atropos rollouts are not interrupted and continued "
