@@ -213,7 +213,7 @@ def test_the_host_gaps_behind_the_refusals_are_still_there():
     calls = [p.name for p in grpo_dir.glob("*.py") if re.search(r"[^f] _pre_produce_hook\(|\._pre_produce_hook\(",
                                                                    p.read_text())]
     assert calls == [], calls
-    # axolotl's streaming scorer does not go through the plugin's scoring hook: the trainer keeps it off and streams itself
+    # axolotl's streaming scorer does not go through the plugin's scoring hook: the trainer keeps it off, streams itself
     assert "_compute_deferred_scores" not in _source(_AX + "async_trainer.AsyncGRPOTrainer._score_streaming")
 
 

@@ -67,7 +67,8 @@ def continuation_seed(seed: int, index: int, done: int) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "big") >> 1
 
 
-def generate_group(client, gate, prompt_ids: list[int], n: int, sampling: dict, seed: int | None = None) -> list[Sampled]:
+def generate_group(client, gate, prompt_ids: list[int], n: int, sampling: dict,
+                   seed: int | None = None) -> list[Sampled]:
     """`n` completions of `prompt_ids`, each continued after every interruption until it finishes (stop token,
     length) with the version published then. Raises GateClosed when the run ends meanwhile."""
     samples = [Sampled() for _ in range(n)]

@@ -33,6 +33,7 @@ from grpo_plugin.producers.rollout import Rollout
 from grpo_plugin.producers.stream import Failed, GroupStream, StreamStats, Work
 from grpo_plugin.server.group import replicas_of
 
+
 @dataclass
 class StreamedGroup:
     rows: list[dict]  # the group's input rows (one prompt, num_generations times)

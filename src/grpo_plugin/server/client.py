@@ -324,8 +324,8 @@ class VLLMServerClient:
             self.pause(mode="abort", clear_cache=False)
         except ServerError as exc:
             if "HTTP 404" in str(exc):
-                raise ServerError(f"the vLLM server at {self.base_url} has no /pause route: trl.streaming_partial_batch "
-                                  "interrupts the rollouts in flight at each push through vLLM's /pause?mode=abort, "
+                raise ServerError(f"the vLLM server at {self.base_url} has no /pause route: "
+                                  "trl.streaming_partial_batch interrupts the rollouts in flight at each push through vLLM's /pause?mode=abort, "
                                   "which a server serves in dev mode only (VLLM_SERVER_DEV_MODE=1). Start it with "
                                   "`axolotl vllm-serve <config.yaml>` (or grpo.managed_server: true), or remove "
                                   f"trl.streaming_partial_batch. Server reply: {exc}") from exc
