@@ -325,8 +325,9 @@ class VLLMServerClient:
         except ServerError as exc:
             if "HTTP 404" in str(exc):
                 raise ServerError(f"the vLLM server at {self.base_url} has no /pause route: "
-                                  "trl.streaming_partial_batch interrupts the rollouts in flight at each push through vLLM's /pause?mode=abort, "
-                                  "which a server serves in dev mode only (VLLM_SERVER_DEV_MODE=1). Start it with "
+                                  "trl.streaming_partial_batch interrupts the rollouts in flight at each push through "
+                                  "vLLM's /pause?mode=abort, which a server serves in dev mode only "
+                                  "(VLLM_SERVER_DEV_MODE=1). Start it with "
                                   "`axolotl vllm-serve <config.yaml>` (or grpo.managed_server: true), or remove "
                                   f"trl.streaming_partial_batch. Server reply: {exc}") from exc
             raise
