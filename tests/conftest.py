@@ -221,36 +221,46 @@ def full_weight_server(tiny_model_dir, cache_env, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def blind_server(tiny_model_dir, cache_env, tmp_path_factory):
-    """(server, client): a LoRA-enabled vLLM-CPU server that cannot read the trainer's sync directories, as a server
-    on another host: in a mount namespace of its own whose /dev/shm is a private tmpfs. The weight-transport tests
-    (tests/integration/test_weight_transport.py) and an unmanaged lora_sync e2e run share it. Needs root (CI runs
-    as root); elsewhere its tests skip saying so."""
+    """(server, client): a LoRA-enabled vLLM-CPU server on another host as the trainer sees it: in a network namespace
+    of its own reached over a veth pair (bench/netns.py: its address exists only on that pair, so a test can drop
+    the link: `server.link(False)`) and a mount namespace of its own whose /dev/shm is a private tmpfs (it cannot read
+    the trainer's sync directories). The weight-transport tests (tests/integration/test_weight_transport.py) and an
+    unmanaged lora_sync e2e run share it. Needs root (CI runs as root); elsewhere its tests skip saying so."""
     import shutil
     import subprocess
     import time
     from types import SimpleNamespace
 
+    from grpo_plugin.bench.netns import VethLink, ip
     from grpo_plugin.server.client import VLLMServerClient
     from grpo_plugin.server.process import ServerSpec, stop_tree
-    from tests.e2e.hosts import own_mounts
+    from tests.e2e.hosts import available, own_mounts
 
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        pytest.skip("a server in its own mount namespace needs root and util-linux's unshare")
-    spec = ServerSpec(model=str(tiny_model_dir), port=free_port(), dtype="float32", max_model_len=512,
-                      enforce_eager=True)
+    if os.geteuid() != 0 or not shutil.which("unshare") or available():
+        pytest.skip("a server on a host of its own needs root, iproute2 and util-linux's unshare")
     log = tmp_path_factory.mktemp("logs") / "blind-server.log"
-    env = spec.env()
-    env.pop("GRPO_HOST_STAGE", None)  # its /tmp stays the machine's
-    with log.open("wb") as out:
-        proc = subprocess.Popen(own_mounts(spec.command(), "grpo-blind"), env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    client = VLLMServerClient(spec.base_url, timeout=120)
-    try:
-        t0 = time.monotonic()
-        while not client.healthy():
-            if proc.poll() is not None or time.monotonic() - t0 > 300:
-                pytest.fail(f"the namespaced vLLM server did not come up:\n{log.read_text()[-4000:]}")
-            time.sleep(0.5)
-        yield SimpleNamespace(spec=spec, proc=proc), client  # the shape of _session_server's (server, client)
-    finally:
-        stop_tree(proc)
+    with VethLink() as veth:
+        spec = ServerSpec(model=str(tiny_model_dir), host=veth.peer, port=free_port(), dtype="float32",
+                          max_model_len=512, enforce_eager=True)
+        env = spec.env()
+        env.pop("GRPO_HOST_STAGE", None)  # its /tmp stays the machine's
+        argv = ["ip", "netns", "exec", veth.netns, *own_mounts(spec.command(), "grpo-blind")]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        client = VLLMServerClient(spec.base_url, timeout=120)
+
+        def link(up: bool) -> None:
+            """The server's end of the link up or down (its address stays; packets are dropped while down)."""
+            ip("-n", veth.netns, "link", "set", veth.peer_if, "up" if up else "down")
+
+        try:
+            t0 = time.monotonic()
+            while not client.healthy():
+                if proc.poll() is not None or time.monotonic() - t0 > 300:
+                    pytest.fail(f"the namespaced vLLM server did not come up:\n{log.read_text()[-4000:]}")
+                time.sleep(0.5)
+            # the shape of _session_server's (server, client)
+            yield SimpleNamespace(spec=spec, proc=proc, link=link, log=log), client
+        finally:
+            stop_tree(proc)

@@ -48,6 +48,7 @@ def quickstart(tmp_path, tiny_model_dir, tiny_data_file, config="quickstart_lora
     cfg["vllm"]["port"] = free_port() if server is None else server[0].spec.port
     if server is not None:
         cfg["grpo"]["managed_server"] = False
+        cfg["vllm"]["host"] = server[0].spec.host  # a server on a host of its own: its address there
     for key, value in changes.items():
         if isinstance(value, dict):
             cfg[key].update(value)

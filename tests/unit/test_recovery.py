@@ -135,3 +135,61 @@ def test_a_disabled_guard_passes_everything_through(silent_server):
     assert client.watch is None
     with pytest.raises(ServerError):
         guard.run("rollout", lambda: (_ for _ in ()).throw(ServerError("x")))
+
+
+def _fails_on_the_link(times: int):
+    """A call that fails `times` times as a dropped connection does (the push's own error wrapping it), then passes."""
+    from grpo_plugin.server.client import LinkError
+
+    left = [times]
+
+    def call():
+        if left[0]:
+            left[0] -= 1
+            try:
+                raise LinkError("PUT /grpo/files/d/f to the vLLM server at http://b:1 failed: Connection reset")
+            except LinkError as exc:
+                raise RuntimeError("grpo.sync=restart (reload): the push failed") from exc
+        return "pushed"
+    return call
+
+
+def test_a_link_fault_on_a_server_that_answers_is_recovered_without_a_restart(silent_server, capsys):
+    """The call failed on the link, the server answers /health: nothing is restarted or waited for, the weights
+    are put back (restore: a full push + the probe) and the call is redone; recorded as an outage of the link."""
+    client = VLLMServerClient(silent_server)
+    client.healthy = lambda: True  # injected: the server answers /health
+    restores = []
+    guard = ServerGuard(client, restore=lambda: restores.append(1) or "restored", step=lambda: 4,
+                        servers=lambda: [])
+    assert guard.run("rollout", _fails_on_the_link(2)) == "pushed"
+    assert len(restores) == 2 and len(guard.outages) == 2
+    outage = guard.outages[0]
+    assert not outage.restarted and outage.servers == [] and outage.redone == ["weight push + probe", "rollout"]
+    assert outage.cause.startswith("the link to the vLLM server failed: ")
+    err = capsys.readouterr().err
+    assert "step 4: the rollout failed on the link to the vLLM server (grpo.sync=restart (reload): the push failed)" \
+        in err and "the server still answers /health, so it is not restarted" in err
+    assert "link fault 2 of at most 3 in a row" in err and "recovered in" in err
+    # a push: the restore IS the push (redo=False), and the count starts again once a call got through
+    assert guard.run("weight push", _fails_on_the_link(1), redo=False) == "restored"
+    assert guard.links.in_a_row == 0
+
+
+def test_link_faults_in_a_row_past_the_bound_stop_the_run_with_the_cause(silent_server):
+    client = VLLMServerClient(silent_server)
+    client.healthy = lambda: True
+    guard = ServerGuard(client, restore=lambda: "restored", step=lambda: 9, servers=lambda: [])
+    with pytest.raises(ServerUnrecoverable, match=r"the rollout at step 9 failed on the link to the vLLM server 4 "
+                                                  r"times in a row, .*the last: grpo.sync=restart .*Check the network"):
+        guard.run("rollout", _fails_on_the_link(10))
+    assert len(guard.outages) == 3
+
+
+def test_a_link_error_on_a_server_that_does_not_answer_is_an_outage_not_a_link_fault(silent_server):
+    client = VLLMServerClient(silent_server)
+    client.healthy = lambda: False  # the link is still down, or the server is gone: waited for as an outage
+    guard = ServerGuard(client, restore=lambda: None, step=lambda: 2, servers=lambda: [], wait_timeout_s=0.3)
+    with pytest.raises(ServerUnrecoverable, match=r"did not come back within 0.3 s"):
+        guard.run("weight push", _fails_on_the_link(1), redo=False)
+    assert guard.links.in_a_row == 0

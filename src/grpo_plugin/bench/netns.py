@@ -37,7 +37,7 @@ class VethLink:
     def __init__(self):
         token = secrets.token_hex(3)
         self.netns = f"grpo-bench-{token}"
-        self._here_if, self._peer_if = f"gb{token}a", f"gb{token}b"
+        self.here_if, self.peer_if = f"gb{token}a", f"gb{token}b"  # this side's interface, the namespace's
         net = f"10.{random.randint(200, 250)}.{random.randint(0, 255)}"
         self.here, self.peer = f"{net}.1", f"{net}.2"
 
@@ -47,12 +47,12 @@ class VethLink:
             raise RuntimeError(f"cannot make a veth link: {why}")
         try:
             ip("netns", "add", self.netns)
-            ip("link", "add", self._here_if, "type", "veth", "peer", "name", self._peer_if)
-            ip("link", "set", self._peer_if, "netns", self.netns)
-            ip("addr", "add", f"{self.here}/24", "dev", self._here_if)
-            ip("link", "set", self._here_if, "up")
-            ip("-n", self.netns, "addr", "add", f"{self.peer}/24", "dev", self._peer_if)
-            ip("-n", self.netns, "link", "set", self._peer_if, "up")
+            ip("link", "add", self.here_if, "type", "veth", "peer", "name", self.peer_if)
+            ip("link", "set", self.peer_if, "netns", self.netns)
+            ip("addr", "add", f"{self.here}/24", "dev", self.here_if)
+            ip("link", "set", self.here_if, "up")
+            ip("-n", self.netns, "addr", "add", f"{self.peer}/24", "dev", self.peer_if)
+            ip("-n", self.netns, "link", "set", self.peer_if, "up")
             ip("-n", self.netns, "link", "set", "lo", "up")
         except BaseException:
             self.__exit__(None, None, None)

@@ -30,6 +30,8 @@ class SyncStorageError(RuntimeError):
 
 
 SEES_PREFIX = ".grpo_plugin-sees-"  # + a nonce: the file a server is asked to read (server/files.py, uploads.py)
+# the server's answer to an upload whose bytes do not match its sha256 (in_vllm/uploads.py): the trainer sends it again
+CORRUPT_UPLOAD_STATUS = 422
 
 
 def default_sync_root() -> Path:

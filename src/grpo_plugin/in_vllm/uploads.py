@@ -6,8 +6,10 @@ host, another mount namespace). Routes, answered by in_vllm/routes.py's middlewa
 - `PUT /grpo/files/<dir>/<file>` (the body streamed; header `X-GRPO-SHA256`: the file's sha256) -> `{"path":
   "<this server's copy of <dir>>", "bytes": n}`: written into this server's own upload directory (storage.SyncDir:
   `GRPO_UPLOAD_DIR`, else /dev/shm or the temp dir; removed when the server ends; left by a killed one, removed by
-  the next), replacing the file of that name (removed first: one copy at a time), under a temporary name renamed
-  into place once the checksum matched. A mismatch is refused (HTTP 400) and nothing of it is kept.
+  the next), replacing the file of that name (removed first: one copy at a time), under a temporary name of its
+  own (two sends of one file never write the same one) renamed into place once the checksum matched. A mismatch is
+  refused (HTTP 422: the trainer sends it again) and nothing of it is kept; nor of a send cut short (the
+  connection dropped).
 - `DELETE /grpo/files/<dir>` -> `{"removed": bool}`: the trainer retired that version.
 
 `<dir>` and `<file>` are single path components (no `/`, no `..`, no leading dot): nothing outside the upload
@@ -20,6 +22,7 @@ import atexit
 import hashlib
 import os
 import re
+import secrets
 import shutil
 from pathlib import Path
 
@@ -27,7 +30,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from grpo_plugin.config.storage import SEES_PREFIX, SyncDir
+from grpo_plugin.config.storage import CORRUPT_UPLOAD_STATUS, SEES_PREFIX, SyncDir
 
 PREFIX = "/grpo/files/"
 CHUNK = 8 << 20  # bytes hashed and written at a time, off the server's event loop
@@ -80,33 +83,42 @@ async def put_file(request: Request, rest: str) -> JSONResponse:
         return _error(400, "PUT /grpo/files: header X-GRPO-SHA256 (the file's sha256, hex) missing or malformed")
     folder = _root() / names[0]
     folder.mkdir(exist_ok=True)
-    final, part = folder / names[1], folder / f".{names[1]}.part"
+    final, part = folder / names[1], folder / f".{names[1]}.{secrets.token_hex(4)}.part"
     final.unlink(missing_ok=True)  # the version it replaces goes first: one copy at a time here too
-    digest, size, buf = hashlib.sha256(), 0, bytearray()
+    digest, got = hashlib.sha256(), [0]
+    try:
+        await _receive(request, part, digest, got)
+    except OSError as exc:
+        part.unlink(missing_ok=True)
+        return _error(507, f"writing {final} on the server failed after {got[0]} bytes: {exc}")
+    except BaseException:  # cut short (the client gone: the link dropped): nothing of it kept
+        part.unlink(missing_ok=True)
+        raise
+    if digest.hexdigest() != expected:
+        part.unlink(missing_ok=True)
+        return _error(CORRUPT_UPLOAD_STATUS, f"{names[0]}/{names[1]}: {got[0]} bytes arrived with sha256 "
+                                             f"{digest.hexdigest()}, the trainer sent {expected}: nothing kept")
+    os.replace(part, final)
+    return JSONResponse({"path": str(folder), "bytes": got[0]})
+
+
+async def _receive(request: Request, part: Path, digest, got: list[int]) -> None:
+    """The request's body into `part`, hashed into `digest` on the way; `got[0]`: the bytes received so far."""
+    buf = bytearray()
 
     def flush(fh, data: bytes) -> None:  # in a worker thread: hashing and writing release the GIL
         digest.update(data)
         fh.write(data)
 
-    try:
-        with part.open("wb") as fh:
-            async for chunk in request.stream():  # the server's read size (~64 KiB): gathered into CHUNK writes
-                buf += chunk
-                size += len(chunk)
-                if len(buf) >= CHUNK:
-                    data, buf = bytes(buf), bytearray()
-                    await anyio.to_thread.run_sync(flush, fh, data)
-            if buf:
-                await anyio.to_thread.run_sync(flush, fh, bytes(buf))
-    except OSError as exc:
-        part.unlink(missing_ok=True)
-        return _error(507, f"writing {final} on the server failed after {size} bytes: {exc}")
-    if digest.hexdigest() != expected:
-        part.unlink(missing_ok=True)
-        return _error(400, f"{names[0]}/{names[1]}: {size} bytes arrived with sha256 {digest.hexdigest()}, the "
-                           f"trainer sent {expected}: nothing kept")
-    os.replace(part, final)
-    return JSONResponse({"path": str(folder), "bytes": size})
+    with part.open("wb") as fh:
+        async for chunk in request.stream():  # the server's read size (~64 KiB): gathered into CHUNK writes
+            buf += chunk
+            got[0] += len(chunk)
+            if len(buf) >= CHUNK:
+                data, buf = bytes(buf), bytearray()
+                await anyio.to_thread.run_sync(flush, fh, data)
+        if buf:
+            await anyio.to_thread.run_sync(flush, fh, bytes(buf))
 
 
 async def delete_dir(rest: str) -> JSONResponse:

@@ -3,13 +3,17 @@
 Only vLLM's own endpoints are used: `/health`, `/v1/models`, `/v1/completions` (token-id prompts, sampled
 token ids + logprobs, prompt logprobs for the sync probe), `/v1/load_lora_adapter` and `/v1/unload_lora_adapter`
 (runtime LoRA), `/reset_prefix_cache` and `/collective_rpc` (dev mode; the worker extension's reload). Every
-unexpected reply raises `ServerError` naming the endpoint, the HTTP status and the server's message.
+unexpected reply raises `ServerError` naming the endpoint, the HTTP status and the server's message; a request that
+did not get through the connection (refused, reset, dropped, timed out, or an upload the server received corrupted)
+raises its subclass `LinkError` (server/recovery.py tells a dead server from a failed link by asking /health).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -20,6 +24,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from grpo_plugin.config.options import GENERATE_FIELDS
+from grpo_plugin.config.storage import CORRUPT_UPLOAD_STATUS
 from grpo_plugin.server.files import SharedFiles, chunks
 
 
@@ -29,6 +34,32 @@ class ServerError(RuntimeError):
 
 class ServerLost(ServerError):
     """The server stopped answering while a request was in flight (its process exited, or it hung)."""
+
+
+class LinkError(ServerError):
+    """The request did not get through the connection to the server: refused, reset or dropped, timed out, or (an
+    upload) received with another sha256 than the trainer sent. The server may be gone, or only the link failed."""
+
+
+class CorruptUpload(LinkError):
+    """The server received an upload whose bytes do not match the trainer's sha256, and kept nothing of it."""
+
+
+# what requests raises when a request did not get through the connection (not an answer of the server's): refused,
+# reset, a connect or a body send that timed out (ConnectTimeout is a ConnectionError), a reply cut short. Not a
+# read timeout: the request got there and the server took longer than the client waits (a setting, not the link).
+_ON_THE_LINK = (requests.ConnectionError, requests.exceptions.ChunkedEncodingError)
+CONNECT_S = 20.0  # connecting, and each send of an upload's body: a link that moves nothing this long failed
+REPLY_S = 60.0  # an upload's reply once its body is sent (the server hashes and writes as the bytes arrive)
+SEND_TRIES = 3  # sends of one file before its failure is raised (server/recovery.py takes it from there)
+RESEND_AFTER_S = 1.0  # the wait before the n-th resend: n times this
+LOG = logging.getLogger("grpo_plugin")
+
+
+def request_failed(what: str, base_url: str, exc: requests.RequestException) -> ServerError:
+    """The error for a request to the server at `base_url` that raised `exc` (LinkError when it is the link's)."""
+    kind = LinkError if isinstance(exc, _ON_THE_LINK) else ServerError
+    return kind(f"{what} to the vLLM server at {base_url} failed: {exc}")
 
 
 # Request fields `generate` decides (options.GENERATE_FIELDS): the sampling settings from its arguments, the rest
@@ -165,7 +196,7 @@ class VLLMServerClient:
         try:
             resp = self._send(path, payload, timeout or self.timeout)
         except requests.RequestException as exc:
-            raise ServerError(f"POST {path} to the vLLM server at {self.base_url} failed: {exc}") from exc
+            raise request_failed(f"POST {path}", self.base_url, exc) from exc
         if resp.status_code != 200:
             raise ServerError(f"POST {path} -> HTTP {resp.status_code}: {resp.text[:500]}")
         return resp
@@ -174,7 +205,7 @@ class VLLMServerClient:
         try:
             resp = self.session.get(f"{self.base_url}{path}", params=params, timeout=timeout)
         except requests.RequestException as exc:
-            raise ServerError(f"GET {path} at {self.base_url} failed: {exc}") from exc
+            raise request_failed(f"GET {path}", self.base_url, exc) from exc
         if resp.status_code != 200:
             raise ServerError(f"GET {path} -> HTTP {resp.status_code}: {resp.text[:300]}")
         return self._json(resp, path)
@@ -277,13 +308,38 @@ class VLLMServerClient:
         return bool(body.get("sees")), str(body.get("why", ""))
 
     def send_file(self, name: str, path, sha256: str) -> tuple[str, int]:
-        """Stream the file `path` to the server as `<dir>/<file>` (`name`): (the server's directory, bytes)."""
+        """Stream the file `path` to the server as `<dir>/<file>` (`name`): (the server's directory, bytes). A
+        send that failed on the link (LinkError: the connection refused, reset or stalled, or the bytes arrived
+        corrupted: the server kept nothing) is made again, SEND_TRIES times in all, RESEND_AFTER_S apart, each
+        retry logged; the last failure is raised. A body that moves nothing for CONNECT_S seconds fails (the
+        socket's timeout while sending): a dropped link is not waited out for the request's whole timeout."""
+        attempt = 1
+        while True:
+            try:
+                return self._send_file_once(name, path, sha256)
+            except LinkError as exc:
+                if attempt >= SEND_TRIES:
+                    raise
+                LOG.warning("grpo_plugin: sending %s to the vLLM server at %s failed (%s); sending it again in %g s "
+                            "(try %d of %d)", name, self.base_url, exc, RESEND_AFTER_S * attempt, attempt + 1,
+                            SEND_TRIES)
+                time.sleep(RESEND_AFTER_S * attempt)
+                attempt += 1
+
+    def _send_file_once(self, name: str, path, sha256: str) -> tuple[str, int]:
         where = f"/grpo/files/{name}"
         try:
-            resp = self.session.put(f"{self.base_url}{where}", data=chunks(path), timeout=self.timeout,
+            resp = self.session.put(f"{self.base_url}{where}", data=chunks(path),
+                                    timeout=(CONNECT_S, min(self.timeout, REPLY_S)),
                                     headers={"X-GRPO-SHA256": sha256, "Content-Type": "application/octet-stream"})
+        except requests.ReadTimeout as exc:  # the server answers an upload as soon as its last bytes are in
+            raise LinkError(f"PUT {where} to the vLLM server at {self.base_url}: no reply within "
+                            f"{min(self.timeout, REPLY_S):g} s of the last byte sent ({exc})") from exc
         except requests.RequestException as exc:
-            raise ServerError(f"PUT {where} to the vLLM server at {self.base_url} failed: {exc}") from exc
+            raise request_failed(f"PUT {where}", self.base_url, exc) from exc
+        if resp.status_code == CORRUPT_UPLOAD_STATUS:
+            raise CorruptUpload(f"PUT {where} to the vLLM server at {self.base_url} -> HTTP {resp.status_code}: "
+                                f"{resp.text[:500]}")
         if resp.status_code != 200:
             raise ServerError(f"PUT {where} -> HTTP {resp.status_code}: {resp.text[:500]}")
         body = self._json(resp, where)
@@ -294,7 +350,7 @@ class VLLMServerClient:
         try:
             resp = self.session.delete(f"{self.base_url}/grpo/files/{name}", timeout=60)
         except requests.RequestException as exc:
-            raise ServerError(f"DELETE /grpo/files/{name} at {self.base_url} failed: {exc}") from exc
+            raise request_failed(f"DELETE /grpo/files/{name}", self.base_url, exc) from exc
         if resp.status_code != 200:
             raise ServerError(f"DELETE /grpo/files/{name} -> HTTP {resp.status_code}: {resp.text[:300]}")
         return bool(self._json(resp, f"/grpo/files/{name}").get("removed"))

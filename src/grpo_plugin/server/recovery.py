@@ -19,6 +19,10 @@ the end of each rollout and of each push whether it lost the server; if any did,
 rank 0 restarts the managed server, the others wait for it and its /health, every rank joins the restore, and each
 rank redoes what it lost (its rollout; the push is the restore itself).
 
+A call that failed on the link while the server still answers /health (server/link_faults.py) is recovered the
+same way with nothing to bring back: the weights pushed again in full and verified, the call redone; at most
+`LINK_TRIES` such faults in a row.
+
 When that is impossible it raises `ServerUnrecoverable`; the trainer then saves a checkpoint (trainer.py).
 Every outage is recorded (`outages`) for the metrics.
 """
@@ -38,6 +42,7 @@ from typing import Any
 from grpo_plugin.server import managed
 from grpo_plugin.server.client import ServerError, ServerLost
 from grpo_plugin.server.group import replicas_of
+from grpo_plugin.server.link_faults import LinkFaults, is_link_fault
 from grpo_plugin.server.process import Progress, ServerStartError, wait_until
 from grpo_plugin.server.rank_agreement import RankAgreement, RanksApart
 
@@ -85,6 +90,13 @@ class RestartBudget:
         self._times.append(self.now())
 
 
+def _proc_exited(proc) -> str | None:
+    """Why a managed server's process counts as gone (None: running, or not ours)."""
+    if proc is not None and proc.proc is not None and proc.proc.poll() is not None:
+        return f"the managed vLLM server (pid {proc.pid}) exited with code {proc.proc.returncode}"
+    return None
+
+
 class ServerGuard:
     def __init__(self, client, *, restore: Callable[[], Any], step: Callable[[], int],
                  servers: Callable[[], list] | None = None, max_restarts: int = 3, restart_window_s: float = 1800.0,
@@ -107,6 +119,7 @@ class ServerGuard:
         self._reported = 0
         self._silent_since: dict[int, float] = {}  # per server (index): since when /health went unanswered
         self._recovering = False
+        self.links = LinkFaults()
         if enabled:
             client.watch = self.lost_reason  # a hang is noticed while a request waits, not after its timeout
 
@@ -153,7 +166,7 @@ class ServerGuard:
         verified again all the same."""
         silences = self._silences()
         lost = [i for i, (_, proc) in enumerate(members)
-                if self._proc_exited(proc) or (silences[i] or 0.0) >= self.hang_timeout_s]
+                if _proc_exited(proc) or (silences[i] or 0.0) >= self.hang_timeout_s]
         if lost:
             return lost
         failing = [i for i, s in enumerate(silences) if s is not None]
@@ -164,7 +177,8 @@ class ServerGuard:
         return failing
 
     def is_lost(self, exc: BaseException) -> str | None:
-        """After a failed call: why the server is lost, or None when it is alive (the error is a real one)."""
+        """After a failed call: why the server is lost, why the link failed (it answers /health, but the call did
+        not get through: link_faults.py), or None when it is alive and answered (the error is a real one)."""
         if isinstance(exc, ServerLost):
             return str(exc)
         chain, e = [], exc
@@ -176,7 +190,9 @@ class ServerGuard:
         exited = self._exited()
         if exited:
             return f"{exited}: {exc}"
-        return None if self.client.healthy() else f"the server does not answer /health after: {exc}"
+        if not self.client.healthy():
+            return f"the server does not answer /health after: {exc}"
+        return self.links.reason(exc)
 
     def _members(self) -> list[tuple[Any, Any]]:
         """(client, managed process or None) per server."""
@@ -184,16 +200,10 @@ class ServerGuard:
         procs = list(self.servers() or [])
         return list(zip(clients, procs if len(procs) == len(clients) else [None] * len(clients)))
 
-    @staticmethod
-    def _proc_exited(proc) -> str | None:
-        if proc is not None and proc.proc is not None and proc.proc.poll() is not None:
-            return f"the managed vLLM server (pid {proc.pid}) exited with code {proc.proc.returncode}"
-        return None
-
     def _exited(self) -> str | None:
         """A managed server's process has exited (None: all running, or no managed server)."""
         for _, proc in self._members():
-            why = self._proc_exited(proc)
+            why = _proc_exited(proc)
             if why:
                 return why
         return None
@@ -255,7 +265,9 @@ class ServerGuard:
             return result
         while True:
             try:
-                return call()
+                result = call()
+                self.links.passed()
+                return result
             except Exception as exc:
                 if self._recovering:
                     raise
@@ -269,8 +281,11 @@ class ServerGuard:
     def recover(self, during: str, why: str, *, redo: bool = True) -> Any:
         outage = Outage(step=self.step(), during=during, cause=_short(why))
         t0 = time.monotonic()
-        print(f"[grpo_plugin] step {outage.step}: the vLLM server was lost during the {during} ({outage.cause}); "
-              "recovering", file=sys.stderr, flush=True)
+        if not is_link_fault(why):
+            print(f"[grpo_plugin] step {outage.step}: the vLLM server was lost during the {during} "
+                  f"({outage.cause}); recovering", file=sys.stderr, flush=True)
+        elif (stop := self.links.meet(outage.step, during, outage.cause)) is not None:
+            raise ServerUnrecoverable(stop)
         self._recovering = True
         try:
             error = None
@@ -288,11 +303,13 @@ class ServerGuard:
             raise
         except Exception as exc:
             raise ServerUnrecoverable(
-                f"the vLLM server was lost during the {during} at step {outage.step} ({outage.cause}), and putting "
-                f"the trainer's weights back on a new server failed: {exc}") from exc
+                f"the {during} at step {outage.step} failed ({outage.cause}), and putting the trainer's weights "
+                f"back on the vLLM server failed: {exc}") from exc
         finally:
             self._recovering = False
             self._silent_since.clear()
+        if not redo:  # the restore was the call (a push): it got through
+            self.links.passed()
         outage.down_s = round(time.monotonic() - t0, 3)
         outage.redone = ["weight push + probe"] + ([during] if redo else [])
         self.outages.append(outage)

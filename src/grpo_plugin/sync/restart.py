@@ -27,7 +27,7 @@ from transformers import AutoConfig, GenerationConfig
 
 from grpo_plugin.config.storage import SyncDir
 from grpo_plugin.server import managed
-from grpo_plugin.server.client import ServerError
+from grpo_plugin.server.client import LinkError, ServerError
 from grpo_plugin.server.group import replicas_of
 from grpo_plugin.server.process import Progress, ServerStartError
 from grpo_plugin.sync.base import (
@@ -90,6 +90,8 @@ class InPlaceReload:
         try:
             results = self._reset.around(lambda: self.client.collective_rpc(
                 method, kwargs or None, timeout=self.timeout, paths=paths))
+        except LinkError:  # it did not get through (server/recovery.py recovers it): said as it is
+            raise
         except ServerError as exc:
             raise SyncError(explain_rpc_failure(self.label, str(exc),
                                                 "the in-place reload failed on the server")) from exc
