@@ -96,6 +96,10 @@ class Hosts:
     def addr(self, name: str) -> str:
         return self._addrs[name]
 
+    def link(self, name: str, up: bool) -> None:
+        """Host `name`'s end of the link up or down (its address stays; nothing gets through while down)."""
+        ip("-n", self.netns[name], "link", "set", self.links[name], "up" if up else "down")
+
     def popen(self, name: str, argv: list[str], *, log: Path, env: dict, cwd: Path,
               private_tmp: Path | None = None) -> subprocess.Popen:
         """`argv` on host `name`, output to `log`, in a session of its own (its process group is the test's to
