@@ -13,8 +13,8 @@ import os
 import pytest
 
 from grpo_plugin.config.storage import default_sync_root
-from grpo_plugin.server import files
 from grpo_plugin.server import client as client_module
+from grpo_plugin.server import files
 from grpo_plugin.server.client import CorruptUpload, ServerError
 from grpo_plugin.server.recovery import ServerGuard
 from grpo_plugin.sync import ProbeVerifier

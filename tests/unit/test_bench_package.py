@@ -36,8 +36,10 @@ def test_the_benchmarks_are_the_expected_modules():
 @pytest.mark.parametrize("module", [m for m in MODULES if m != "__main__"])
 def test_a_benchmark_imports_only_the_shared_helpers(module):
     # no benchmark reaches into another one: no cycles, and each can move or go on its own (the helpers: common,
-    # and netns, the veth link a benchmark may reach its server over)
-    allowed = set() if module in ("common", "netns") else {"grpo_plugin.bench.common", "grpo_plugin.bench.netns"}
+    # netns, the veth link a benchmark may reach its server over, tail_lengths,
+    # the server-side length law of bench async; runs: the `axolotl train` runs the training benchmarks share)
+    helpers = ("common", "netns", "runs", "tail_lengths")
+    allowed = {"grpo_plugin.bench.common"} if module in helpers else {f"grpo_plugin.bench.{h}" for h in helpers}
     assert _bench_imports(module) <= allowed
 
 
@@ -50,16 +52,16 @@ def test_each_module_imports_alone(module):
 def test_e2e_runs_differ_only_where_the_benchmark_says(tmp_path):
     # the sync, async and stock runs of one mode share model, data, batch, learning rate and seed: only prefetch
     # (and, for stock, the plugin lines and vLLM) differ, so their steps/s and rewards compare
-    from grpo_plugin.bench import e2e
+    from grpo_plugin.bench import runs
 
     def cfg(mode, prefetch, seed=None):
-        return e2e._config(mode, tmp_path / "m", tmp_path / "d.jsonl", tmp_path / "o", 5, 32, 1234, prefetch, 2, seed)
+        return runs.config(mode, tmp_path / "m", tmp_path / "d.jsonl", tmp_path / "o", 5, 32, 1234, prefetch, 2, seed)
 
     sync, asyn, stock = cfg("lora_sync", False), cfg("lora_sync", True), cfg("lora_sync", None)
     assert (sync["trl"]["async_prefetch"], asyn["trl"]["async_prefetch"]) == (False, True)
     assert "plugins" not in stock and "grpo" not in stock and stock["trl"]["use_vllm"] is False
     for c in (sync, asyn, stock):
-        assert c["learning_rate"] == e2e.LORA_LR and c["micro_batch_size"] == 2 * c["trl"]["num_generations"]
+        assert c["learning_rate"] == runs.LORA_LR and c["micro_batch_size"] == 2 * c["trl"]["num_generations"]
         assert c["trl"]["skip_zero_advantage_batches"] is False and c["seed"] == sync["seed"]
-    assert cfg("ipc", True)["learning_rate"] == cfg("restart", None)["learning_rate"] == e2e.FULL_WEIGHT_LR
+    assert cfg("ipc", True)["learning_rate"] == cfg("restart", None)["learning_rate"] == runs.FULL_WEIGHT_LR
     assert cfg("lora_sync", True, seed=7)["seed"] == cfg("lora_sync", None, seed=7)["seed"] == 7

@@ -27,7 +27,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from grpo_plugin.bench import e2e
+from grpo_plugin.bench import runs as train_runs
 from grpo_plugin.bench.common import free_port, scratch, stack, stack_line
 from grpo_plugin.bench.tail_lengths import ENV
 from grpo_plugin.demo.tiny import MODEL_SIZES, build_digit_task, build_model
@@ -52,7 +52,7 @@ def prompt_marker(model_dir: Path, data: Path) -> list[int]:
 
 
 def _variant_config(mode, model, data, out, steps, max_len, port, prompts, seed, variant) -> dict:
-    cfg = e2e._config(mode, model, data, out, steps, max_len, port, False, prompts, seed)
+    cfg = train_runs.config(mode, model, data, out, steps, max_len, port, False, prompts, seed)
     cfg["trl"].update(VARIANTS[variant])
     cfg["grpo"]["adapter_name"] = f"bench-{variant}"
     return cfg
@@ -100,7 +100,7 @@ def run(size: str = "100m", steps: int = 20, prompts: int = 4, mode: str = "rest
     seeds = seeds or [42]
     res: dict = {"stack": stack(), "size": size, "steps": steps, "prompts": prompts, "mode": mode, "seeds": seeds,
                  "median": median, "max_len": max_len, "runs": {v: [] for v in VARIANTS},
-                 "topology": f"vLLM server on core {e2e.SERVER_CORE}, trainer on core {e2e.TRAINER_CORE}"}
+                 "topology": f"vLLM server on core {train_runs.SERVER_CORE}, trainer on core {train_runs.TRAINER_CORE}"}
     with scratch("grpo-bench-async-") as tmp:
         model = build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size])
         data = build_digit_task(tmp / "digits.jsonl")
@@ -112,12 +112,12 @@ def run(size: str = "100m", steps: int = 20, prompts: int = 4, mode: str = "rest
             port = free_port()
             cfg0 = _variant_config(mode, model, data, tmp / f"server-{seed}", steps, max_len, port, prompts, seed,
                                    "sync")
-            with e2e._pinned_server(cfg0, tmp / f"vllm-{seed}.log", extra_args=server_args):
+            with train_runs.pinned_server(cfg0, tmp / f"vllm-{seed}.log", extra_args=server_args):
                 for variant in VARIANTS:
                     cfg = _variant_config(mode, model, data, tmp / f"{variant}-{seed}", steps, max_len, port,
                                           prompts, seed, variant)
                     print(f"[bench async] seed {seed} {variant} ...", file=sys.stderr, flush=True)
-                    trained = e2e._train(cfg, {e2e.TRAINER_CORE}, 1, tmp / f"{variant}-{seed}.log")
+                    trained = train_runs.train(cfg, {train_runs.TRAINER_CORE}, 1, tmp / f"{variant}-{seed}.log")
                     trained["steps"] = steps
                     res["runs"][variant].append(_figures(cfg, trained))
     per = {v: statistics.median(r["tokens_per_s"] for r in runs) for v, runs in res["runs"].items()}
