@@ -17,7 +17,7 @@ ONE run on the same machine:
     python -m grpo_plugin.bench servers [--size 100m] [--repeats 10] [--json]                   (bench/servers.py)
     python -m grpo_plugin.bench zero3 [--size 100m] [--repeats 10] [--json]                     (bench/zero3.py)
     python -m grpo_plugin.bench zero3 --cuda [--size 100m] [--json]                         (bench/zero3_cuda.py)
-    python -m grpo_plugin.bench async [--size 100m] [--steps 20] [--prompts 4] [--mode restart] [--seeds 42]
+    python -m grpo_plugin.bench async [--size 100m] [--steps 20] [--prompts 8] [--mode restart] [--seeds 42]
                                       [--median 16] [--max-len 256] [--json]                  (bench/async_tail.py)
     python -m grpo_plugin.bench agent [--size tiny] [--prompts 4] [--group 8] [--turn-tokens 16]
                                       [--prompt-tokens 0] [--block-size N] [--rounds 7] [--json]
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     a = sub.add_parser("async", help="long-tailed rollouts: sync vs async_prefetch vs streaming + in-flight updates")
     a.add_argument("--size", default="100m", help="model size to build (tiny, 100m)")
     a.add_argument("--steps", type=_count(2), default=20)
-    a.add_argument("--prompts", type=_count(1), default=4, help="prompts per step (x 8 completions)")
+    a.add_argument("--prompts", type=_count(1), default=8, help="prompts per step (x 8 completions)")
     a.add_argument("--mode", default="restart", choices=["lora_sync", "restart", "ipc"])
     a.add_argument("--seeds", default="42", help="comma-separated: one run of each variant per seed")
     a.add_argument("--median", type=_count(1), default=16, help="median completion length (tokens)")

@@ -1,7 +1,7 @@
 """Long-tailed rollouts: `axolotl train` synchronous vs `trl.async_prefetch` vs streaming with in-flight updates
 (`trl.streaming_partial_batch`), one command, one machine, one run:
 
-    python -m grpo_plugin.bench async [--size 100m] [--steps 20] [--prompts 4] [--mode restart] [--seeds 42]
+    python -m grpo_plugin.bench async [--size 100m] [--steps 20] [--prompts 8] [--mode restart] [--seeds 42]
                                       [--median 16] [--max-len 256] [--json]
 
 The workload: completion lengths heavy-tailed as an agent's are — drawn per completion by the server
@@ -74,6 +74,10 @@ def _figures(cfg: dict, trained: dict) -> dict:
     first, last = statistics.mean(rewards[:k]), statistics.mean(rewards[-k:])
     summed = {key: sum(r.get(key) or 0 for r in recs)
               for key in ("stream_continued", "stream_interrupts", "stream_regenerated", "stream_dropped")}
+    # the trainer's idle time (waiting for its batch) and, streaming, the server's (no group of the run generating)
+    summed["trainer_wait_s"] = round(sum(r.get("rollout_ms") or 0 for r in recs) / 1e3, 1)
+    summed["server_idle_s"] = round(sum(r.get("stream_idle_ms") or 0 for r in recs) / 1e3, 1) \
+        if "stream_idle_ms" in recs[-1] else None
     return {"trained_tokens": sum(tokens), "train_runtime_s": round(runtime, 1),
             "tokens_per_s": round(sum(tokens) / runtime, 2), "steps_per_s": trained["steps_per_s"],
             "reward_last20pct": round(last, 4), "reward_gain_per_min": round((last - first) / runtime * 60, 4),
@@ -95,7 +99,7 @@ def reward_at(curve: list[tuple[int, float | None]], budget: int) -> float | Non
     return round(statistics.mean(tail), 4) if tail else None
 
 
-def run(size: str = "100m", steps: int = 20, prompts: int = 4, mode: str = "restart", seeds: list[int] | None = None,
+def run(size: str = "100m", steps: int = 20, prompts: int = 8, mode: str = "restart", seeds: list[int] | None = None,
         median: int = 16, max_len: int = 256) -> dict:
     seeds = seeds or [42]
     res: dict = {"stack": stack(), "size": size, "steps": steps, "prompts": prompts, "mode": mode, "seeds": seeds,
@@ -149,12 +153,13 @@ def report(res: dict) -> None:
              f"{res['prompts']} prompts x 8 completions, lengths Lomax median {res['median']} (cap {res['max_len']}), "
              f"seeds {res['seeds']}; {res['topology']}", stack_line(res["stack"]),
              f"  {'variant':<10} {'tokens/s':>9} {'steps/s':>8} {'reward last 20%':>16} {'gain/min':>9} "
-             f"{'continued':>10} {'regen/drop':>11} {'verified':>9}  lag histogram"]
+             f"{'continued':>10} {'regen/drop':>11} {'waited':>7} {'verified':>9}  lag histogram"]
     for v, runs in res["runs"].items():
         for r in runs:
             lines.append(f"  {v:<10} {r['tokens_per_s']:>9.1f} {r['steps_per_s']:>8.3f} {r['reward_last20pct']:>16.3f} "
                          f"{r['reward_gain_per_min']:>9.3f} {r['stream_continued']:>10} "
-                         f"{r['stream_regenerated']:>5}/{r['stream_dropped']:<5} {r['all_syncs_verified']!s:>9}  "
+                         f"{r['stream_regenerated']:>5}/{r['stream_dropped']:<5} {r['trainer_wait_s']:>6.1f}s "
+                         f"{r['all_syncs_verified']!s:>9}  "
                          f"{r['lag_unit']}: {r['lag_hist']}")
     lines.append(f"  speedup_vs_prefetch {res['speedup_vs_prefetch']:.2f}x (goal >= 1.5), speedup_vs_sync "
                  f"{res['speedup_vs_sync']:.2f}x (goal >= 2), trained tokens per second; every push verified: "
