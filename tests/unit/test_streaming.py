@@ -224,6 +224,8 @@ def test_streaming_is_accepted_alone_and_refused_with_agents_atropos_lag_0_and_s
         check_cross_keys({**base, "grpo": {"sync": "restart", "max_policy_lag": 0}})
     with pytest.raises(ValueError, match=r"streaming_min_groups"):
         check_cross_keys({**base, "trl": {**base["trl"], "streaming_min_groups": 2}})
+    with pytest.raises(ValueError, match=r"grpo\.stream_groups applies to trl\.streaming_partial_batch: true only"):
+        check_cross_keys({"rl": "grpo", "grpo": {"sync": "restart", "stream_groups": 4}})
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match=r"with 2 trainer ranks: streaming runs on one rank"):
         check_cross_keys(base)

@@ -37,6 +37,9 @@ def check_cross_keys(data: dict) -> None:
         _check_seeded(data, grpo)
     if config_value(data.get("trl") or {}, "streaming_partial_batch"):
         _check_streaming(data, grpo)
+    elif config_value(grpo, "stream_groups") is not None:
+        raise ValueError("grpo.stream_groups applies to trl.streaming_partial_batch: true only, which this config does "
+                         "not set. Remove grpo.stream_groups, or turn streaming on.")
     trl = data.get("trl") or {}
     if isinstance(trl, dict):
         if trl.get("use_vllm") is False:
