@@ -154,6 +154,7 @@ def _ipc(c: dict, vllm: dict | None = None, grpo: dict | None = None, **top) -> 
         (lambda c: c["trl"].update(use_data_producer=False), "trl.use_data_producer: false"),
         (lambda c: c["grpo"].update(sync_interval=4, max_policy_lag=1), "grpo.max_policy_lag: 1 is below"),
         (lambda c: c.update(rl="dpo"), "needs `rl: grpo`"),
+        (lambda c: c.update(use_ray=True, ray_num_workers=2), "use_ray: true (axolotl's Ray Train launcher"),
     ],
 )
 def test_bad_config_names_key_and_fix(base_cfg, tmp_path, mutate, expected):

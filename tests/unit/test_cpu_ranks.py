@@ -123,3 +123,23 @@ def test_fsdp_ranks_without_cuda_get_a_cpu_mesh_and_run_as_fsdp(monkeypatch):
     assert state.distributed_type == DistributedType.FSDP and state.fsdp_plugin is plugin
     assert PartialState._shared_state["distributed_type"] == DistributedType.FSDP
     assert AcceleratorState().distributed_type == DistributedType.MULTI_CPU  # no FSDP plugin: DDP as before
+
+
+@pytest.mark.parametrize("grpo", [{"sync": "lora_sync"}, {"sync": "restart", "managed_server": True},
+                                  {"sync": "ipc", "managed_server": True}])
+def test_axolotls_ray_launcher_is_refused_with_the_reason_and_the_launchers_to_use(grpo):
+    """`use_ray: true` (Ray Train workers) is refused in every mode, naming why and accelerate / torchrun instead;
+    `use_ray: false` and a lone `ray_num_workers` (axolotl ignores it without use_ray) are accepted."""
+    from grpo_plugin.config.checks import check_cross_keys
+
+    base = {"rl": "grpo", "grpo": grpo, **({"adapter": "lora"} if grpo["sync"] == "lora_sync" else {})}
+    check_cross_keys({**base, "use_ray": False, "ray_num_workers": 2})
+    check_cross_keys({**base, "ray_num_workers": 2})
+    for value in (True, "true"):
+        with pytest.raises(ValueError) as err:
+            check_cross_keys({**base, "use_ray": value, "ray_num_workers": 2})
+        message = str(err.value)
+        assert message.startswith("use_ray: true (axolotl's Ray Train launcher, ray_num_workers: 2)")
+        for reason in ("one GPU per worker", "not its main thread", "skip_zero_advantage_batches: true"):
+            assert reason in message
+        assert "--launcher accelerate -- --multi_gpu --num_processes 2" in message and "torchrun" in message

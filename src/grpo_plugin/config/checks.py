@@ -30,6 +30,7 @@ def check_cross_keys(data: dict) -> None:
         raise ValueError(f"grpo: the grpo_plugin needs `rl: grpo` in the config (got rl: {rl!r}).")
     if config_value(grpo, "atropos") is not None:
         _check_atropos(data, config_value(grpo, "atropos"))
+    _check_launcher(data)
     _check_sharded(data)
     _check_plugins(data)
     _check_agents(data, grpo)
@@ -127,6 +128,27 @@ def atropos_batch_size(data) -> int:
     """Sequences per optimizer step and trainer process: micro_batch_size x gradient_accumulation_steps."""
     micro, accumulation = config_value(data, "micro_batch_size"), config_value(data, "gradient_accumulation_steps")
     return int(micro or 1) * int(accumulation or 1)
+
+
+def _check_launcher(data: dict) -> None:
+    """axolotl's Ray launcher (`use_ray: true`): refused, saying why and which launchers run several ranks."""
+    ray = data.get("use_ray")
+    if ray in (None, False) or str(ray).lower() in ("false", "0", "no", "off"):
+        return
+    workers = data.get("ray_num_workers") or 1
+    n = "N" if str(workers) == "1" else workers
+    ranks = "one trainer rank with plain `axolotl train config.yaml`, or several" if n == "N" else f"{n} trainer ranks"
+    launch = (f"{ranks} with accelerate or torchrun: `axolotl train config.yaml --launcher accelerate -- --multi_gpu "
+              f"--num_processes {n}` (or `--launcher torchrun -- --nproc_per_node {n}`)")
+    raise ValueError(
+        f"use_ray: true (axolotl's Ray Train launcher, ray_num_workers: {workers}) is not supported by the "
+        "grpo_plugin. axolotl asks Ray for one GPU per worker whatever resources_per_worker says (so no worker is "
+        "ever placed on a CPU-only Ray cluster); each worker runs the training in a thread of a Ray actor, not its "
+        "main thread, where starting a managed vLLM server fails (signal handlers are main-thread only) and the "
+        "plugin's recovery of a lost server and its token count over the ranks do not run; and the Ray driver "
+        "validates the config as one process, so the workers receive axolotl's one-process defaults written out "
+        "(trl.skip_zero_advantage_batches: true), which several ranks refuse. Remove use_ray and ray_num_workers, "
+        f"and launch {launch} (docs/scaling.md#several-trainer-ranks).")
 
 
 def _check_plugins(data: dict) -> None:
