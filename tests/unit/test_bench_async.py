@@ -39,3 +39,10 @@ def test_the_reward_at_a_token_budget_is_that_of_the_steps_trained_by_then():
     assert reward_at(curve, 200) == 0.5  # steps 1-2 trained the budget; the last fifth of them: step 2
     assert reward_at(curve, 500) == 1.0
     assert reward_at([(50, None), (50, 0.25)], 100) == 0.25
+
+
+def test_the_link_rate_is_measured_over_real_connections_with_every_byte_accounted_for():
+    from grpo_plugin.bench.netns import tcp_rate
+
+    assert tcp_rate("127.0.0.1", mib=16, streams=1) > 0
+    assert tcp_rate("127.0.0.1", mib=16, streams=3) > 0  # 16 MiB in three streams: each stream's share arrives

@@ -11,7 +11,11 @@ import os
 import random
 import secrets
 import shutil
+import socket
 import subprocess
+import sys
+import threading
+import time
 from dataclasses import dataclass
 
 from grpo_plugin.server.process import ServerSpec
@@ -71,3 +75,56 @@ class ServerInNamespace(ServerSpec):
 
     def command(self) -> list[str]:
         return ["ip", "netns", "exec", self.netns, *super().command()]
+
+
+# the far end of a link measurement: accepts `streams` connections at once, reads each to its end, answers with the
+# bytes it read (run with this machine's python, in the namespace for a veth link)
+_RECEIVER = """
+import socket, sys, threading
+srv = socket.socket(); srv.bind((sys.argv[1], 0)); srv.listen(16)
+print(srv.getsockname()[1], flush=True)
+def drain(c):
+    buf, n = bytearray(1 << 20), 0
+    while (k := c.recv_into(buf)):
+        n += k
+    c.sendall(str(n).encode()); c.close()
+ts = []
+for _ in range(int(sys.argv[2])):
+    c, _ = srv.accept(); t = threading.Thread(target=drain, args=(c,)); t.start(); ts.append(t)
+for t in ts:
+    t.join()
+"""
+
+
+def tcp_rate(host: str, netns: str | None = None, mib: int = 1024, streams: int = 1) -> float:
+    """The link's own rate: `mib` MiB sent over `streams` plain TCP connections to a receiver at `host` (in network
+    namespace `netns`, or this one), from the first connect to the last byte acknowledged: MiB/s. Raises if a
+    stream's bytes did not all arrive."""
+    cmd = [sys.executable, "-c", _RECEIVER, host, str(streams)]
+    proc = subprocess.Popen(["ip", "netns", "exec", netns, *cmd] if netns else cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        share = mib * 2**20 // streams
+        chunk = memoryview(bytes(4 << 20))
+        got: list[int] = []
+
+        def send() -> None:
+            with socket.create_connection((host, port), timeout=120) as c:
+                left = share
+                while left:
+                    left -= c.send(chunk[:min(left, len(chunk))])
+                c.shutdown(socket.SHUT_WR)
+                got.append(int(c.recv(64)))
+
+        threads = [threading.Thread(target=send) for _ in range(streams)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        if got != [share] * streams:
+            raise RuntimeError(f"the link lost bytes: {got} of {share} per stream arrived")
+        return round(mib / elapsed, 1)
+    finally:
+        proc.wait(timeout=60)

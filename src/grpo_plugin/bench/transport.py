@@ -27,7 +27,7 @@ import statistics
 import time
 
 from grpo_plugin.bench.common import free_port, perturb, probe_token_ids, scratch, stack, stack_line
-from grpo_plugin.bench.netns import ServerInNamespace, VethLink
+from grpo_plugin.bench.netns import ServerInNamespace, VethLink, tcp_rate
 from grpo_plugin.demo.tiny import MODEL_SIZES, build_model
 from grpo_plugin.server.files import SentFiles, SharedFiles
 from grpo_plugin.server.process import ServerSpec, launch
@@ -75,6 +75,10 @@ def run(sizes: list[str], repeats: int, sides: list[str], link: str = "loopback"
     out: dict = {"benchmark": "transport", "repeats": repeats, "sides": sides, "link": link, "models": {},
                  "stack": stack()}
     with scratch("grpo-bench-transport-") as tmp, (VethLink() if link == "veth" else contextlib.nullcontext()) as veth:
+        # the link's own rate, plain TCP between the same two ends, in this run: what a push's rate is a share of
+        host, netns = (veth.peer, veth.netns) if veth else ("127.0.0.1", None)
+        out["link_rate"] = {"one_stream_mb_per_s": tcp_rate(host, netns), "four_streams_mb_per_s":
+                            tcp_rate(host, netns, streams=4)}
         for size in sizes:
             model_dir = str(build_model(tmp / f"qwen2-{size}", **MODEL_SIZES[size]))
             spec_cls, where = ((ServerInNamespace, {"host": veth.peer, "netns": veth.netns}) if veth
@@ -83,6 +87,10 @@ def run(sizes: list[str], repeats: int, sides: list[str], link: str = "loopback"
             if delta_lrs:
                 res["delta"] = _delta_entry(model_dir, spec_cls, where, tmp / f"vllm_server-{size}-bf16.log",
                                          list(delta_lrs), repeats, probe_token_ids(model_dir))
+            for what in ("adapter", "full_weights"):
+                if "network" in res.get(what, {}):
+                    res[what]["network"]["link_share"] = round(
+                        res[what]["network"]["mb_per_s"] / out["link_rate"]["one_stream_mb_per_s"], 3)
             out["models"][size] = res
     return out
 
@@ -224,6 +232,9 @@ def _report_delta(size: str, entry: dict) -> None:
 def report(out: dict) -> None:
     print(f"weight transport: the sync directory read by the server (shared) vs sent over HTTP (network), "
           f"link {out['link']}, median of {out['repeats']} alternated pushes per side, every push verified")
+    rate = out["link_rate"]
+    print(f"  the link itself (plain TCP, 1 GiB): {rate['one_stream_mb_per_s']} MiB/s one stream, "
+          f"{rate['four_streams_mb_per_s']} MiB/s four streams")
     for size, res in out["models"].items():
         for what in ("adapter", "full_weights"):
             if what not in res:
@@ -231,7 +242,8 @@ def report(out: dict) -> None:
             r = res[what]
             parts = [f"{side} {r[side]['median_ms']:.1f} ms" for side in out["sides"]]
             if "network" in r:
-                parts.append(f"{r['network']['bytes'] / 2**20:.1f} MiB sent, {r['network']['mb_per_s']} MiB/s")
+                parts.append(f"{r['network']['bytes'] / 2**20:.1f} MiB sent, {r['network']['mb_per_s']} MiB/s = "
+                             f"{r['network']['link_share']:.0%} of the link's one stream")
             if "ratio_network_to_shared" in r:
                 parts.append(f"ratio {r['ratio_network_to_shared']:.2f}")
             print(f"  {size:5s} ({res['params'] / 1e6:.1f}M params) {what:12s} " + " · ".join(parts)
