@@ -20,16 +20,6 @@ LINK_TRIES = 3  # link faults in a row (no call through between them) before the
 PREFIX = "the link to the vLLM server failed: "  # how a link fault's cause begins (one string: several ranks agree)
 
 
-def on_the_link(exc: BaseException) -> LinkError | None:
-    """The LinkError `exc` is or was raised from, if any."""
-    seen, e = 0, exc
-    while e is not None and seen < 8:
-        if isinstance(e, LinkError):
-            return e
-        e, seen = e.__cause__ or e.__context__, seen + 1
-    return None
-
-
 def is_link_fault(why: str) -> bool:
     return why.startswith(PREFIX)
 
@@ -40,10 +30,10 @@ class LinkFaults:
     def __init__(self, limit: int = LINK_TRIES):
         self.limit, self.in_a_row = limit, 0
 
-    def reason(self, exc: BaseException) -> str | None:
-        """Why the failed call counts as a link fault (the server answered /health after it), or None."""
-        link = on_the_link(exc)
-        return None if link is None else f"{PREFIX}{exc}"
+    def reason(self, exc: BaseException, chain: list[BaseException]) -> str | None:
+        """Why the failed call counts as a link fault (the server answered /health after it), or None. `chain`:
+        `exc` and the exceptions it was raised from (server/recovery.py walks it once)."""
+        return f"{PREFIX}{exc}" if any(isinstance(e, LinkError) for e in chain) else None
 
     def meet(self, step: int, during: str, why: str) -> str | None:
         """One more in a row: None and a message saying what is done, or (past the limit) why the run stops."""
@@ -63,4 +53,4 @@ class LinkFaults:
         self.in_a_row = 0
 
 
-__all__ = ["LINK_TRIES", "LinkFaults", "is_link_fault", "on_the_link"]
+__all__ = ["LINK_TRIES", "LinkFaults", "is_link_fault"]

@@ -192,7 +192,7 @@ class ServerGuard:
             return f"{exited}: {exc}"
         if not self.client.healthy():
             return f"the server does not answer /health after: {exc}"
-        return self.links.reason(exc)
+        return self.links.reason(exc, chain)
 
     def _members(self) -> list[tuple[Any, Any]]:
         """(client, managed process or None) per server."""
