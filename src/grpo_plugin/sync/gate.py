@@ -77,11 +77,15 @@ class PolicyGate:
             self._cond.notify_all()
             # new weights served beside the old (a lora_sync push): rollouts still on an older version move on
             # (not while a probe's request runs: the interrupt would end it too; those rollouts finish as they are)
-            held = sum(self._interruptible.values())
-            stale = (self._interrupt is not None and not self._writing and held == sum(self._leases.values())
+            stale = (self._interrupt is not None and not self._writing and self._only_rollouts()
                      and any(v < version for v in self._interruptible))
         if stale:
             self._interrupt_now()
+
+    def _only_rollouts(self) -> bool:
+        """Under the lock: interruptible leases are held, and no plain one (a probe's)."""
+        held = sum(self._interruptible.values())
+        return held > 0 and held == sum(self._leases.values())
 
     def _interrupt_now(self) -> None:
         self.interrupts += 1
@@ -147,13 +151,9 @@ class PolicyGate:
             self._writers_waiting += 1
             try:
                 while self._writing or self._leases:
-                    interruptible = sum(self._interruptible.values())
-                    if self._interrupt is None or not interruptible:
-                        self._cond.wait()
-                        continue
                     # no new lease starts now; the probe's (plain) leases end first (an interrupt would end its
                     # request too), then the rollouts' requests are interrupted, again while any is still held
-                    if sum(self._leases.values()) > interruptible:
+                    if self._interrupt is None or not self._only_rollouts():
                         self._cond.wait()
                         continue
                     self._cond.release()
