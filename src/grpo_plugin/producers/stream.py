@@ -138,7 +138,7 @@ class GroupStream:
     # ---- the trainer's side -------------------------------------------------------------------
     def take(self, n: int, accept: Callable[[Any], bool]) -> tuple[list[Any], StreamStats]:
         """The first `n` groups to finish that `accept` keeps (a `Failed` is returned at once, alone, with the
-        groups taken before it given back); what happened since the last take."""
+        groups taken before it given back); what happened since the last take that returned groups."""
         self.start()
         out: list[tuple[Work, Any]] = []
         with self._cond:
@@ -149,7 +149,7 @@ class GroupStream:
                 if isinstance(group, Failed):
                     self._done.extendleft(reversed(out))
                     self._cond.notify_all()
-                    return [group], self._stats_since()
+                    return [group], StreamStats()  # what happened so far goes with the next batch
                 if accept(group):
                     out.append((work, group))
                     self._stats.group_s.append(time.monotonic() - work.started)

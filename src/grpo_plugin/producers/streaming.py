@@ -140,15 +140,10 @@ class StreamingProducer(LocalRolloutProducer):
 
     def _take(self, min_version: int) -> tuple[list[StreamedGroup], StreamStats]:
         """This batch's groups; a lost server is recovered here (main thread) and the stream starts over."""
-        total = StreamStats()
         while True:
             groups, stats = self.stream.take(self._groups_per_batch, lambda grp: grp.oldest >= min_version)
-            total.regenerated += stats.regenerated
-            total.dropped += stats.dropped
-            total.idle_s += stats.idle_s
-            total.group_s += stats.group_s
             if not (groups and isinstance(groups[0], Failed)):
-                return groups, total
+                return groups, stats
             error = groups[0].error
             why = self.spec.guard.is_lost(error) if self.spec.guard.enabled else None
             if why is None:
